@@ -1,0 +1,40 @@
+"""The one typed configuration of every function, read from the environment at the boundary."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class Settings:
+    timers_table: str = "timers"
+    fires_table: str = "fires"
+    tenants_table: str = "tenants"
+    idempotency_table: str = "idempotency"
+    redis_url: str = "redis://127.0.0.1:6390/0"
+    redis_cluster: bool = False
+    bucket_count: int = 64
+    due_shards: int = 32
+    lookahead_seconds: int = 120
+    fire_retention_days: int = 30
+    trigger_function_name: str = "trigger"
+    tenant_queue_prefix: str = "timers-tenant-"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Each field from its upper-case environment variable (TIMERS_TABLE, ...), else the default."""
+        env = os.environ if env is None else env
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            raw = env.get(f.name.upper())
+            if raw is None or raw == "":
+                continue
+            if f.type == "bool":
+                values[f.name] = raw.strip().lower() in {"1", "true", "yes", "on"}
+            elif f.type == "int":
+                values[f.name] = int(raw)
+            else:
+                values[f.name] = raw
+        return cls(**values)  # type: ignore[arg-type]

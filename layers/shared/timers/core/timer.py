@@ -1,0 +1,181 @@
+"""The timer aggregate and its state machine: create, patch, pause, resume, fire.
+
+Pure: every function takes the current time as ``now_ms`` and returns a new ``Timer``. The
+cursor ``next_fire_ms`` is the one occurrence that may fire next; an occurrence is fired only
+while it equals the cursor, which is how changes win over stale copies in Redis.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import secrets
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from timers.core.errors import FieldError, InvalidInput, InvalidState, PayloadTooLarge
+from timers.core.schedule import (
+    Misfire,
+    Plan,
+    Schedule,
+    catch_up,
+    first_fire,
+    is_recurring,
+    next_fire,
+    validate_plan,
+)
+
+Status = Literal["active", "paused", "completed"]
+STATUSES: tuple[Status, ...] = ("active", "paused", "completed")
+
+PAYLOAD_LIMIT_BYTES = 64 * 1024
+TENANT_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+_TIMING_FIELDS = frozenset({"schedule", "start_ms", "end_ms", "max_fires"})
+_READ_ONLY = frozenset(
+    {"tenant", "id", "anchor_ms", "status", "next_fire_ms", "fire_count", "created_ms", "version"}
+)
+
+
+@dataclass(frozen=True)
+class Timer:
+    tenant: str
+    id: str
+    schedule: Schedule
+    anchor_ms: int  # when the schedule was set: `after` counts from here, one clock for the first fire
+    target_queue_url: str
+    payload_json: str  # the payload serialized once, delivered verbatim
+    misfire: Misfire = "fire_once"
+    name: str | None = None
+    start_ms: int | None = None
+    end_ms: int | None = None
+    max_fires: int | None = None
+    status: Status = "active"
+    next_fire_ms: int | None = None
+    fire_count: int = 0
+    created_ms: int = 0
+    updated_ms: int = 0
+    version: int | None = None  # optimistic-concurrency version, owned by the store
+
+    @property
+    def plan(self) -> Plan:
+        return Plan(self.schedule, self.anchor_ms, self.start_ms, self.end_ms, self.max_fires)
+
+    @property
+    def is_due_indexed(self) -> bool:
+        """Only an active timer with a next fire belongs in the due index and in Redis."""
+        return self.status == "active" and self.next_fire_ms is not None
+
+
+def new_timer_id() -> str:
+    return "tmr_" + base64.b32encode(secrets.token_bytes(15)).decode().lower()
+
+
+def fire_id(timer_id: str, due_ms: int) -> str:
+    return f"{timer_id}:{due_ms}"
+
+
+def serialize_payload(payload: Any) -> str:
+    text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    if len(text.encode()) > PAYLOAD_LIMIT_BYTES:
+        raise PayloadTooLarge(
+            f"payload is over {PAYLOAD_LIMIT_BYTES} bytes when serialized",
+            [FieldError("payload", f"must be at most {PAYLOAD_LIMIT_BYTES} bytes serialized")],
+        )
+    return text
+
+
+def _check_plan(plan: Plan, now_ms: int, schedule_changed: bool) -> None:
+    errors = validate_plan(plan, now_ms)
+    if not schedule_changed:  # an unchanged one-shot may legitimately lie in the past
+        errors = [e for e in errors if e.field != "schedule.at"]
+    if errors:
+        raise InvalidInput("the timer's schedule is invalid", errors)
+
+
+def _settle(timer: Timer, next_ms: int | None) -> Timer:
+    """Set the cursor; a timer with nothing left to fire is completed, otherwise not completed."""
+    exhausted = next_ms is None or (
+        timer.max_fires is not None and timer.fire_count >= timer.max_fires
+    )
+    if exhausted:
+        return replace(timer, next_fire_ms=None, status="completed")
+    status: Status = "active" if timer.status == "completed" else timer.status
+    return replace(timer, next_fire_ms=next_ms, status=status)
+
+
+def create(
+    tenant: str,
+    timer_id: str,
+    *,
+    schedule: Schedule,
+    target_queue_url: str,
+    payload_json: str,
+    now_ms: int,
+    misfire: Misfire = "fire_once",
+    name: str | None = None,
+    start_ms: int | None = None,
+    end_ms: int | None = None,
+    max_fires: int | None = None,
+) -> Timer:
+    timer = Timer(
+        tenant=tenant,
+        id=timer_id,
+        schedule=schedule,
+        anchor_ms=now_ms,
+        target_queue_url=target_queue_url,
+        payload_json=payload_json,
+        misfire=misfire,
+        name=name,
+        start_ms=start_ms,
+        end_ms=end_ms,
+        max_fires=max_fires,
+        created_ms=now_ms,
+        updated_ms=now_ms,
+    )
+    _check_plan(timer.plan, now_ms, schedule_changed=True)
+    return _settle(timer, first_fire(timer.plan))
+
+
+def patch(timer: Timer, changes: dict[str, Any], now_ms: int) -> Timer:
+    """Apply a PATCH. ``changes`` uses Timer field names; timing changes recompute the cursor."""
+    unknown = set(changes) - {f for f in Timer.__dataclass_fields__ if f not in _READ_ONLY}
+    if unknown:
+        raise ValueError(f"not patchable: {sorted(unknown)}")
+    schedule_changed = "schedule" in changes
+    updated = replace(timer, **changes, updated_ms=now_ms)
+    if schedule_changed:
+        updated = replace(updated, anchor_ms=now_ms)
+    if not _TIMING_FIELDS & set(changes):
+        return updated
+    _check_plan(updated.plan, now_ms, schedule_changed)
+    if schedule_changed or not is_recurring(updated.schedule):
+        upcoming = first_fire(updated.plan)
+        if not schedule_changed and timer.fire_count > 0 and not is_recurring(updated.schedule):
+            upcoming = None  # this one-shot already fired; only a new schedule re-arms it
+    else:
+        upcoming = next_fire(updated.plan, now_ms - 1)  # next occurrence at or after now
+    return _settle(updated, upcoming)
+
+
+
+def pause(timer: Timer, now_ms: int) -> Timer:
+    if timer.status == "completed":
+        raise InvalidState("a completed timer cannot be paused")
+    return replace(timer, status="paused", updated_ms=now_ms)
+
+
+def resume(timer: Timer, now_ms: int) -> Timer:
+    """Reactivate; occurrences missed while paused are handled by the timer's misfire policy."""
+    if timer.status == "completed":
+        raise InvalidState("a completed timer cannot be resumed")
+    if timer.status == "active":
+        return timer
+    resumed = replace(timer, status="active", updated_ms=now_ms)
+    cursor = timer.next_fire_ms
+    if cursor is None or cursor > now_ms:
+        return resumed
+    # grace 0: everything that fell due during the pause counts as missed
+    decision = catch_up(timer.plan, cursor, now_ms, timer.misfire, grace_ms=0)
+    upcoming = decision.fire_ms if decision.fire_ms is not None else decision.next_cursor_ms
+    return _settle(resumed, upcoming)

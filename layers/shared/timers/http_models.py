@@ -1,0 +1,220 @@
+"""Request and response models of the HTTP API (pydantic): they shape the OpenAPI document.
+
+Models check types and ranges and forbid unknown fields; meaning (cron syntax, time zones,
+``at`` not too old, end after start) is checked by the core so there is one rule for each.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, StrictFloat, StrictInt
+
+from timers.core import schedule as sched
+from timers.core.errors import FieldError, InvalidInput
+from timers.core.schedule import Plan
+from timers.core.times import parse_ms
+from timers.service import TimerSpec
+
+
+def _rfc3339(value: str) -> str:
+    parse_ms(value)  # raises ValueError with the expected format
+    return value
+
+
+Rfc3339 = Annotated[
+    str,
+    AfterValidator(_rfc3339),
+    Field(json_schema_extra={"format": "date-time"}, examples=["2026-11-21T10:00:00Z"]),
+]
+Number = float  # strict: JSON numbers only, ints accepted
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class AtIn(_Strict):
+    type: Literal["at"]
+    at: Rfc3339 = Field(description="When to fire; at most 5 minutes in the past")
+
+
+class AfterIn(_Strict):
+    type: Literal["after"]
+    seconds: Annotated[Number, Field(ge=0, description="Seconds after the request; fractional ok")]
+
+
+class CronIn(_Strict):
+    type: Literal["cron"]
+    expression: str = Field(description="5-field cron: minute hour day-of-month month day-of-week")
+    timezone: str = Field("UTC", description="IANA time zone; DST follows Debian cron")
+
+
+class EveryIn(_Strict):
+    type: Literal["every"]
+    seconds: Annotated[Number, Field(ge=1, description="Period in seconds")]
+
+
+ScheduleIn = Annotated[AtIn | AfterIn | CronIn | EveryIn, Field(discriminator="type")]
+MisfireIn = Literal["fire_once", "fire_all", "skip"]
+
+
+class TargetIn(_Strict):
+    queue_url: str | None = Field(None, description="Default: the tenant's callback queue")
+
+
+class TimerCreate(_Strict):
+    name: Annotated[str, Field(max_length=256)] | None = None
+    schedule: ScheduleIn
+    start_at: Rfc3339 | None = None
+    end_at: Rfc3339 | None = None
+    max_fires: Annotated[StrictInt, Field(ge=1)] | None = None
+    target: TargetIn | None = None
+    payload: JsonValue = Field(None, description="Any JSON value, <= 64 KiB serialized")
+    misfire: MisfireIn = "fire_once"
+
+
+class TimerPatch(_Strict):
+    """Only the fields present are changed; ``null`` clears an optional field."""
+
+    name: Annotated[str, Field(max_length=256)] | None = None
+    schedule: ScheduleIn | None = None
+    start_at: Rfc3339 | None = None
+    end_at: Rfc3339 | None = None
+    max_fires: Annotated[StrictInt, Field(ge=1)] | None = None
+    target: TargetIn | None = None
+    payload: JsonValue = None
+    misfire: MisfireIn | None = None
+
+
+class PreviewIn(_Strict):
+    schedule: ScheduleIn
+    start_at: Rfc3339 | None = None
+    end_at: Rfc3339 | None = None
+    max_fires: Annotated[StrictInt, Field(ge=1)] | None = None
+    count: Annotated[StrictInt, Field(ge=1, le=100)] = 10
+
+
+# ---------------------------------------------------------------- responses (documentation)
+
+
+class TimerOut(BaseModel):
+    id: str
+    name: str | None
+    schedule: dict[str, Any]
+    start_at: str | None
+    end_at: str | None
+    max_fires: int | None
+    target: dict[str, str]
+    payload: JsonValue
+    misfire: MisfireIn
+    status: Literal["active", "paused", "completed"]
+    next_fire_at: str | None
+    fire_count: int
+    created_at: str
+    updated_at: str
+
+
+class TimerList(BaseModel):
+    items: list[TimerOut]
+    next_cursor: str | None
+
+
+class FireOut(BaseModel):
+    fire_id: str
+    scheduled_at: str
+    enqueued_at: str | None
+    lag_ms: int | None
+    status: Literal["enqueued", "pending", "failed"]
+    reason: str | None = None
+
+
+class FireList(BaseModel):
+    items: list[FireOut]
+    next_cursor: str | None
+
+
+class PreviewOut(BaseModel):
+    fire_times: list[str]
+
+
+class TenantOut(BaseModel):
+    tenant: str
+    callback_queue_url: str
+
+
+class ErrorDetail(BaseModel):
+    field: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    details: list[ErrorDetail]
+
+
+class ErrorOut(BaseModel):
+    error: ErrorBody
+
+
+# ---------------------------------------------------------------- to the core
+
+
+def _schedule(data: BaseModel) -> sched.Schedule:
+    try:
+        return sched.schedule_from_dict(data.model_dump())
+    except sched.ScheduleError as exc:
+        raise InvalidInput("invalid schedule", exc.errors) from None
+
+
+def _ms(value: str | None) -> int | None:
+    return None if value is None else parse_ms(value)
+
+
+def to_spec(body: TimerCreate, payload_json: str) -> TimerSpec:
+    return TimerSpec(
+        schedule=_schedule(body.schedule),
+        payload_json=payload_json,
+        name=body.name,
+        start_ms=_ms(body.start_at),
+        end_ms=_ms(body.end_at),
+        max_fires=body.max_fires,
+        target_queue_url=body.target.queue_url if body.target else None,
+        misfire=body.misfire,
+    )
+
+
+_PATCH_FIELDS = {"start_at": "start_ms", "end_at": "end_ms"}
+
+
+def to_changes(body: TimerPatch, payload_json: str | None) -> dict[str, Any]:
+    """The Timer fields a PATCH sets (only those present in the request)."""
+    changes: dict[str, Any] = {}
+    for name in body.model_fields_set:
+        value = getattr(body, name)
+        if name == "schedule":
+            if value is None:
+                raise InvalidInput("schedule cannot be null", [FieldError("schedule", "required")])
+            changes["schedule"] = _schedule(value)
+        elif name in _PATCH_FIELDS:
+            changes[_PATCH_FIELDS[name]] = _ms(value)
+        elif name == "target":
+            changes["target_queue_url"] = value.queue_url if value else None
+        elif name == "payload":
+            changes["payload_json"] = payload_json
+        elif name == "misfire":
+            if value is None:
+                raise InvalidInput("misfire cannot be null", [FieldError("misfire", "required")])
+            changes["misfire"] = value
+        else:
+            changes[name] = value
+    return changes
+
+
+def to_plan(body: PreviewIn, now_ms: int) -> Plan:
+    plan = Plan(_schedule(body.schedule), now_ms, _ms(body.start_at), _ms(body.end_at), body.max_fires)
+    errors = sched.validate_plan(plan, now_ms)
+    if errors:
+        raise InvalidInput("the schedule is invalid", errors)
+    return plan

@@ -1,0 +1,160 @@
+"""Tenants and their API keys (DynamoDB, one table keyed by ``pk``).
+
+- ``TENANT#<name>``: the tenant, its callback queue and the extra queues it may target.
+- ``KEY#<sha256 of the key>``: one API key. Keys are stored only as hashes and never logged;
+  the ``key_id`` (first characters of the key) lets an operator tell keys apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from pynamodb.attributes import NumberAttribute, UnicodeAttribute, UnicodeSetAttribute
+from pynamodb.models import Model
+
+from timers.config import Settings
+from timers.core.errors import FieldError, InvalidInput, NotFound
+from timers.core.timer import TENANT_NAME
+
+DEFAULT_RATE_LIMIT_PER_S = 50
+KEY_PREFIX = "tk_"
+
+
+class TenantItem(Model):
+    class Meta:
+        table_name = "tenants"
+
+    pk = UnicodeAttribute(hash_key=True)
+    name = UnicodeAttribute()
+    callback_queue_url = UnicodeAttribute()
+    allowed_queue_urls = UnicodeSetAttribute(null=True)
+    rate_limit_per_s = NumberAttribute(default=DEFAULT_RATE_LIMIT_PER_S)
+    created_ms = NumberAttribute()
+
+
+class ApiKeyItem(Model):
+    class Meta:
+        table_name = "tenants"
+
+    pk = UnicodeAttribute(hash_key=True)
+    tenant = UnicodeAttribute()
+    key_id = UnicodeAttribute()
+    created_ms = NumberAttribute()
+
+
+def bind_tables(settings: Settings) -> None:
+    TenantItem.Meta.table_name = settings.tenants_table
+    ApiKeyItem.Meta.table_name = settings.tenants_table
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str
+    callback_queue_url: str
+    allowed_queue_urls: frozenset[str] = field(default_factory=frozenset)
+    rate_limit_per_s: int = DEFAULT_RATE_LIMIT_PER_S
+
+    def may_target(self, queue_url: str) -> bool:
+        return queue_url == self.callback_queue_url or queue_url in self.allowed_queue_urls
+
+
+def _hash(api_key: str) -> str:
+    return hashlib.sha256(api_key.encode()).hexdigest()
+
+
+def _tenant_pk(name: str) -> str:
+    return f"TENANT#{name}"
+
+
+def _to_tenant(item: TenantItem) -> Tenant:
+    return Tenant(
+        name=item.name,
+        callback_queue_url=item.callback_queue_url,
+        allowed_queue_urls=frozenset(item.allowed_queue_urls or ()),
+        rate_limit_per_s=int(item.rate_limit_per_s),
+    )
+
+
+def get_tenant(name: str) -> Tenant | None:
+    try:
+        return _to_tenant(TenantItem.get(_tenant_pk(name), consistent_read=True))
+    except TenantItem.DoesNotExist:
+        return None
+
+
+def authenticate(api_key: str | None) -> Tenant | None:
+    """The tenant an API key belongs to, or None for a missing, unknown or revoked key."""
+    if not api_key:
+        return None
+    try:
+        key = ApiKeyItem.get(f"KEY#{_hash(api_key)}")
+    except ApiKeyItem.DoesNotExist:
+        return None
+    return get_tenant(key.tenant)
+
+
+def validate_name(name: str) -> None:
+    if not TENANT_NAME.match(name):
+        raise InvalidInput(
+            "invalid tenant name",
+            [FieldError("name", "1-40 characters: lower-case letters, digits and '-'")],
+        )
+
+
+def put_tenant(name: str, callback_queue_url: str, now_ms: int) -> Tenant:
+    """Create the tenant record if absent; an existing tenant is returned unchanged."""
+    validate_name(name)
+    existing = get_tenant(name)
+    if existing:
+        return existing
+    TenantItem(
+        _tenant_pk(name), name=name, callback_queue_url=callback_queue_url, created_ms=now_ms
+    ).save(condition=TenantItem.pk.does_not_exist())
+    return Tenant(name=name, callback_queue_url=callback_queue_url)
+
+
+def add_key(name: str, now_ms: int, api_key: str | None = None) -> str:
+    """Register a key for the tenant (a new random one unless given) and return it."""
+    if get_tenant(name) is None:
+        raise NotFound(f"no tenant {name!r}")
+    api_key = api_key or KEY_PREFIX + secrets.token_urlsafe(32)
+    ApiKeyItem(
+        f"KEY#{_hash(api_key)}", tenant=name, key_id=api_key[:10], created_ms=now_ms
+    ).save()
+    return api_key
+
+
+def revoke_key(api_key: str) -> bool:
+    """Delete a key; returns False if it was unknown."""
+    try:
+        ApiKeyItem.get(f"KEY#{_hash(api_key)}").delete()
+    except ApiKeyItem.DoesNotExist:
+        return False
+    return True
+
+
+def allow_queue(name: str, queue_url: str) -> Tenant:
+    """Let the tenant target an extra queue (it must also be inside the trigger's IAM scope)."""
+    item = _get_item(name)
+    item.update(actions=[TenantItem.allowed_queue_urls.add({queue_url})])
+    return _to_tenant(item)
+
+
+def disallow_queue(name: str, queue_url: str) -> Tenant:
+    item = _get_item(name)
+    item.update(actions=[TenantItem.allowed_queue_urls.delete({queue_url})])
+    return _to_tenant(item)
+
+
+def _get_item(name: str) -> TenantItem:
+    try:
+        return TenantItem.get(_tenant_pk(name), consistent_read=True)
+    except TenantItem.DoesNotExist:
+        raise NotFound(f"no tenant {name!r}") from None
+
+
+def summary(tenant: Tenant) -> dict[str, Any]:
+    return {"tenant": tenant.name, "callback_queue_url": tenant.callback_queue_url}

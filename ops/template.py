@@ -1,0 +1,91 @@
+"""Read template.yaml, the single source of truth for what the service is made of.
+
+The test suite and the local stack create DynamoDB tables from it, so the code can never drift
+from what ``sam deploy`` creates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "template.yaml"
+
+
+@dataclass(frozen=True)
+class Tag:
+    """An unresolved CloudFormation intrinsic such as ``!Ref X`` (name='Ref', value='X')."""
+
+    name: str
+    value: Any
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _intrinsic(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Tag:
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+    return Tag(suffix, value)
+
+
+_Loader.add_multi_constructor("!", _intrinsic)
+
+
+@cache
+def load(path: Path = TEMPLATE) -> dict[str, Any]:
+    with path.open() as f:
+        doc: dict[str, Any] = yaml.load(f, Loader=_Loader)  # noqa: S506 - safe loader subclass
+    return doc
+
+
+def resources(kind: str, path: Path = TEMPLATE) -> dict[str, dict[str, Any]]:
+    """Logical id -> Properties of every resource of one CloudFormation type."""
+    return {
+        name: res.get("Properties", {})
+        for name, res in load(path)["Resources"].items()
+        if res["Type"] == kind
+    }
+
+
+def create_tables(dynamodb: Any, names: dict[str, str] | None = None) -> None:
+    """Create every table of the template, with its TTL, through a boto3 DynamoDB client.
+
+    ``names`` maps a table's logical id to the name to create it under (default: the id).
+    """
+    for logical_id, props in resources("AWS::DynamoDB::Table").items():
+        name = (names or {}).get(logical_id, logical_id)
+        request: dict[str, Any] = {
+            "TableName": name,
+            "AttributeDefinitions": props["AttributeDefinitions"],
+            "KeySchema": props["KeySchema"],
+            "BillingMode": props.get("BillingMode", "PAY_PER_REQUEST"),
+        }
+        if props.get("GlobalSecondaryIndexes"):
+            request["GlobalSecondaryIndexes"] = props["GlobalSecondaryIndexes"]
+        dynamodb.create_table(**request)
+        ttl = props.get("TimeToLiveSpecification", {})
+        if ttl.get("Enabled"):
+            dynamodb.update_time_to_live(
+                TableName=name,
+                TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl["AttributeName"]},
+            )
+
+
+TABLE_SETTINGS = {
+    "TimersTable": "timers_table",
+    "FiresTable": "fires_table",
+    "TenantsTable": "tenants_table",
+    "IdempotencyTable": "idempotency_table",
+}
+"""Logical id of each table -> the Settings field that names it."""

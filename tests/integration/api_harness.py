@@ -1,0 +1,88 @@
+"""Drive the real api handler with API Gateway proxy events against moto and a real Redis."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+import pytest
+import redis
+
+from functions.api import app as api_app
+from ops.template import TABLE_SETTINGS
+from tests.conftest import FakeClock
+from tests.support import apigw
+from tests.support.lambda_context import LambdaContext
+from timers import tenants
+from timers.config import Settings
+from timers.runtime import Runtime, build_runtime
+
+SETTINGS = Settings(**{field: logical_id for logical_id, field in TABLE_SETTINGS.items()})
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Any
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def error_code(self) -> str | None:
+        return self.body["error"]["code"] if isinstance(self.body, dict) and "error" in self.body else None
+
+    @property
+    def error_fields(self) -> set[str]:
+        return {d["field"] for d in self.body["error"]["details"]}
+
+
+@dataclass
+class Api:
+    runtime: Runtime
+    clock: FakeClock
+    keys: dict[str, str]
+    queues: dict[str, str]
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        tenant: str | None = "acme",
+        key: str | None = None,
+        body: Any = None,
+        raw_body: str | bytes | None = None,
+        headers: dict[str, str] | None = None,
+        query: dict[str, str] | None = None,
+    ) -> Reply:
+        hdrs = dict(headers or {})
+        api_key = key if key is not None else (self.keys[tenant] if tenant else None)
+        if api_key is not None:
+            hdrs["x-api-key"] = api_key
+        event = apigw.event(method, path, body=body, raw_body=raw_body, headers=hdrs, query=query)
+        return self.send(event)
+
+    def send(self, event: dict[str, Any]) -> Reply:
+        result = api_app.handler(event, LambdaContext(function_name="api"))
+        text = result.get("body")
+        return Reply(result["statusCode"], json.loads(text) if text else None, result.get("headers") or {})
+
+    def create(self, tenant: str = "acme", **timer: Any) -> dict[str, Any]:
+        reply = self.call("POST", "/v1/timers", tenant=tenant, body=timer)
+        assert reply.status == 201, reply.body
+        return dict(reply.body)
+
+
+def make_api(monkeypatch: pytest.MonkeyPatch, clock: FakeClock, redis_url: str) -> Api:
+    conn = redis.Redis.from_url(redis_url, decode_responses=True)
+    conn.flushall()
+    runtime = build_runtime(SETTINGS, clock, redis_conn=conn)
+    monkeypatch.setattr(api_app, "runtime", lambda: runtime)
+    sqs = boto3.client("sqs")
+    keys, queues = {}, {}
+    for name in ("acme", "globex"):
+        queues[name] = sqs.create_queue(QueueName=f"timers-tenant-{name}")["QueueUrl"]
+        tenants.put_tenant(name, queues[name], clock())
+        keys[name] = tenants.add_key(name, clock())
+    return Api(runtime, clock, keys, queues)

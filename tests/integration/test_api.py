@@ -1,0 +1,566 @@
+"""Every route and rule of the HTTP contract, through the real handler (moto + real Redis)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.conftest import T0, FakeClock
+from tests.integration.api_harness import Api, make_api
+from timers import tenants
+from timers.core.times import format_ms
+from timers.redis_index import bucket_of, member
+from timers.store import FireItem, timer_key
+
+EVENTS = Path(__file__).resolve().parents[2] / "events"
+AT = format_ms(T0 + 3_600_000)  # an hour from the test clock's now
+
+
+@pytest.fixture
+def api(aws: None, clock: FakeClock, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
+    yield make_api(monkeypatch, clock, redis_url)
+
+
+def indexed(api: Api) -> set[str]:
+    """Every occurrence in Redis, due or leased."""
+    conn = api.runtime.redis
+    return {m for key in conn.scan_iter("tq:*") if conn.type(key) == "zset" for m in conn.zrange(key, 0, -1)}
+
+
+def timer_count(api: Api, tenant: str = "acme") -> int:
+    return len(api.call("GET", "/v1/timers", tenant=tenant, query={"limit": "100"}).body["items"])
+
+
+# ---------------------------------------------------------------- public routes and auth
+
+
+def test_health_and_openapi_need_no_key(api: Api) -> None:
+    assert api.call("GET", "/v1/health", tenant=None).body == {"status": "ok"}
+    doc = api.call("GET", "/v1/openapi.json", tenant=None)
+    assert doc.status == 200
+    assert doc.body["openapi"].startswith("3.")
+    assert {"/v1/timers", "/v1/timers/{timer_id}", "/v1/schedule-preview"} <= set(doc.body["paths"])
+    schemas = doc.body["components"]["schemas"]
+    assert {"TimerCreate", "TimerOut", "ErrorOut"} <= set(schemas)
+
+
+@pytest.mark.parametrize("key", [None, "", "tk_not-a-key"])
+def test_missing_or_unknown_key_is_401(api: Api, key: str | None) -> None:
+    reply = api.call("GET", "/v1/timers", tenant=None, key=key)
+    assert reply.status == 401
+    assert reply.error_code == "unauthorized"
+
+
+def test_revoked_key_is_401(api: Api) -> None:
+    assert tenants.revoke_key(api.keys["acme"])
+    assert api.call("GET", "/v1/tenant").status == 401
+
+
+def test_tenant_is_whoever_the_key_belongs_to(api: Api) -> None:
+    reply = api.call("GET", "/v1/tenant", tenant="globex")
+    assert reply.body == {"tenant": "globex", "callback_queue_url": api.queues["globex"]}
+
+
+# ---------------------------------------------------------------- create
+
+
+@pytest.mark.parametrize(
+    ("schedule", "next_fire_at"),
+    [
+        ({"type": "at", "at": AT}, AT),
+        ({"type": "at", "at": "2026-11-21T11:00:00+01:00"}, "2026-11-21T10:00:00.000Z"),
+        ({"type": "after", "seconds": 30}, "2026-11-21T10:00:30.000Z"),
+        ({"type": "after", "seconds": 1.5}, "2026-11-21T10:00:01.500Z"),
+        ({"type": "every", "seconds": 60}, "2026-11-21T10:01:00.000Z"),
+        (
+            {"type": "cron", "expression": "0 7 * * 1-5", "timezone": "Europe/Berlin"},
+            "2026-11-23T06:00:00.000Z",  # Saturday -> Monday 07:00 CET
+        ),
+    ],
+)
+def test_create_each_schedule_type(api: Api, schedule: dict[str, Any], next_fire_at: str) -> None:
+    timer = api.create(schedule=schedule, payload={"order": 42}, name="n")
+    assert timer["status"] == "active"
+    assert timer["next_fire_at"] == next_fire_at
+    assert timer["payload"] == {"order": 42}
+    assert timer["target"] == {"queue_url": api.queues["acme"]}
+    assert timer["misfire"] == "fire_once"
+    assert timer["fire_count"] == 0
+    assert timer["created_at"] == timer["updated_at"] == "2026-11-21T10:00:00.000Z"
+    assert api.call("GET", f"/v1/timers/{timer['id']}").body == timer
+
+
+def test_cron_defaults_to_utc(api: Api) -> None:
+    timer = api.create(schedule={"type": "cron", "expression": "*/15 * * * *"})
+    assert timer["schedule"]["timezone"] == "UTC"
+    assert timer["next_fire_at"] == "2026-11-21T10:15:00.000Z"
+
+
+def test_at_up_to_five_minutes_in_the_past_fires_immediately(api: Api) -> None:
+    past = format_ms(T0 - 299_000)
+    assert api.create(schedule={"type": "at", "at": past})["next_fire_at"] == past
+
+
+def test_create_puts_a_soon_due_timer_straight_into_redis(api: Api) -> None:
+    timer = api.create(schedule={"type": "after", "seconds": 3})
+    index = api.runtime.service.index
+    bucket = bucket_of(timer["id"], api.runtime.settings.bucket_count)
+    due = api.runtime.redis.zrange(index.keys(bucket).due, 0, -1, withscores=True)  # type: ignore[union-attr]
+    assert due == [(member("acme", timer["id"], T0 + 3000), float(T0 + 3000))]
+
+
+def test_far_future_timer_is_left_to_the_migrator(api: Api) -> None:
+    api.create(schedule={"type": "at", "at": "2027-01-01T00:00:00Z"})
+    assert indexed(api) == set()
+
+
+def bad(**overrides: Any) -> dict[str, Any]:
+    return {"schedule": {"type": "after", "seconds": 5}, **overrides}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "schedule"),
+        (bad(color="red"), "color"),
+        (bad(schedule={"type": "sometimes"}), "schedule"),
+        (bad(schedule={"type": "cron", "expression": "61 * * * *"}), "schedule.expression"),
+        (bad(schedule={"type": "cron", "expression": "0 7 * * * *"}), "schedule.expression"),
+        (bad(schedule={"type": "cron", "expression": "@daily"}), "schedule.expression"),
+        (bad(schedule={"type": "cron", "expression": "0 7 * * *", "timezone": "Mars/Olympus"}), "schedule.timezone"),
+        (bad(schedule={"type": "at", "at": "2026-11-21T09:54:00Z"}), "schedule.at"),
+        (bad(schedule={"type": "at", "at": "2026-11-21T12:00:00"}), "schedule.at"),
+        (bad(schedule={"type": "at", "at": "tomorrow"}), "schedule.at"),
+        (bad(schedule={"type": "at", "at": 1795255200}), "schedule.at"),
+        (bad(schedule={"type": "after", "seconds": -1}), "schedule.seconds"),
+        (bad(schedule={"type": "after", "seconds": "5"}), "schedule.seconds"),
+        (bad(schedule={"type": "every", "seconds": 0.5}), "schedule.seconds"),
+        (bad(schedule={"type": "every", "seconds": 60, "extra": 1}), "schedule.extra"),
+        (bad(max_fires=0), "max_fires"),
+        (bad(max_fires=True), "max_fires"),
+        (bad(name="x" * 257), "name"),
+        (bad(misfire="sometimes"), "misfire"),
+        (bad(start_at="2026-11-22T00:00:00Z", end_at="2026-11-21T12:00:00Z"), "end_at"),
+        (bad(target={"queue_url": 5}), "target.queue_url"),
+        (bad(target={"queue_url": "https://sqs.us-east-1.amazonaws.com/1/elsewhere"}), "target.queue_url"),
+    ],
+)
+def test_bad_input_is_400_with_the_field_and_creates_nothing(
+    api: Api, body: dict[str, Any], field: str
+) -> None:
+    reply = api.call("POST", "/v1/timers", body=body)
+    assert reply.status == 400, reply.body
+    assert reply.error_code == "validation_error"
+    assert field in reply.error_fields, reply.body
+    assert reply.body["error"]["message"]
+    assert timer_count(api) == 0
+
+
+@pytest.mark.parametrize("raw", ["{not json", "", "[]", "null", '"text"'])
+def test_malformed_or_non_object_body_is_400(api: Api, raw: str) -> None:
+    reply = api.call("POST", "/v1/timers", raw_body=raw)
+    assert reply.status == 400
+    assert reply.error_code == "validation_error"
+    assert timer_count(api) == 0
+
+
+def test_base64_encoded_body_is_accepted(api: Api) -> None:
+    from tests.support import apigw
+
+    event = apigw.event(
+        "POST",
+        "/v1/timers",
+        body={"schedule": {"type": "after", "seconds": 1}},
+        headers={"x-api-key": api.keys["acme"]},
+        base64_body=True,
+    )
+    assert api.send(event).status == 201
+
+
+def test_payload_over_64_kib_is_413(api: Api) -> None:
+    reply = api.call("POST", "/v1/timers", body=bad(payload="x" * (64 * 1024)))
+    assert reply.status == 413
+    assert reply.error_code == "payload_too_large"
+    assert timer_count(api) == 0
+
+
+def test_payload_of_exactly_64_kib_is_accepted(api: Api) -> None:
+    assert api.create(**bad(payload="x" * (64 * 1024 - 2)))["payload"] == "x" * (64 * 1024 - 2)
+
+
+def test_request_body_over_256_kib_is_413(api: Api) -> None:
+    reply = api.call("POST", "/v1/timers", raw_body=json.dumps(bad(name="y" * (257 * 1024))))
+    assert reply.status == 413
+    assert reply.error_code == "payload_too_large"
+
+
+def test_payload_is_kept_verbatim(api: Api) -> None:
+    payload = {"nested": [1, 2.5, None, True, "ü"], "empty": {}}
+    timer = api.create(**bad(payload=payload))
+    assert api.call("GET", f"/v1/timers/{timer['id']}").body["payload"] == payload
+
+
+# ---------------------------------------------------------------- targets
+
+
+def test_only_registered_queues_may_be_targeted(api: Api) -> None:
+    other = boto3.client("sqs").create_queue(QueueName="acme-extra")["QueueUrl"]
+    assert api.call("POST", "/v1/timers", body=bad(target={"queue_url": other})).status == 400
+    tenants.allow_queue("acme", other)
+    assert api.create(**bad(target={"queue_url": other}))["target"]["queue_url"] == other
+    # another tenant's callback queue is never a valid target
+    theirs = bad(target={"queue_url": api.queues["globex"]})
+    assert api.call("POST", "/v1/timers", body=theirs).status == 400
+
+
+# ---------------------------------------------------------------- idempotency
+
+
+def test_same_idempotency_key_and_body_returns_the_original(api: Api) -> None:
+    headers = {"Idempotency-Key": "order-42"}
+    first = api.call("POST", "/v1/timers", body=bad(), headers=headers)
+    api.clock.advance(5_000)
+    again = api.call("POST", "/v1/timers", body=bad(), headers=headers)
+    assert first.status == again.status == 201
+    assert again.body == first.body
+    assert timer_count(api) == 1
+
+
+def test_same_idempotency_key_with_another_body_is_409(api: Api) -> None:
+    headers = {"Idempotency-Key": "order-42"}
+    api.call("POST", "/v1/timers", body=bad(), headers=headers)
+    reply = api.call("POST", "/v1/timers", body=bad(name="other"), headers=headers)
+    assert reply.status == 409
+    assert reply.error_code == "idempotency_conflict"
+    assert timer_count(api) == 1
+
+
+def test_idempotency_keys_are_per_tenant_and_expire_after_24h(api: Api) -> None:
+    headers = {"Idempotency-Key": "k"}
+    a = api.call("POST", "/v1/timers", body=bad(), headers=headers).body
+    b = api.call("POST", "/v1/timers", tenant="globex", body=bad(), headers=headers).body
+    assert a["id"] != b["id"]
+    api.clock.advance(24 * 3_600_000 + 1)
+    reply = api.call("POST", "/v1/timers", body=bad(name="new"), headers=headers)
+    assert reply.status == 201  # the old record expired: the key is free again
+
+
+# ---------------------------------------------------------------- read, list, cursors
+
+
+def test_list_paginates_with_opaque_cursors(api: Api) -> None:
+    ids = {api.create(**bad())["id"] for _ in range(5)}
+    seen: list[str] = []
+    cursor = None
+    while True:
+        query = {"limit": "2", **({"cursor": cursor} if cursor else {})}
+        page = api.call("GET", "/v1/timers", query=query).body
+        seen += [t["id"] for t in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert sorted(seen) == sorted(ids)
+
+
+def test_list_filters_by_status(api: Api) -> None:
+    keep = api.create(**bad())
+    paused = api.create(**bad())
+    api.call("POST", f"/v1/timers/{paused['id']}/pause")
+    page = api.call("GET", "/v1/timers", query={"status": "paused"}).body
+    assert [t["id"] for t in page["items"]] == [paused["id"]]
+    active = api.call("GET", "/v1/timers", query={"status": "active"}).body
+    assert [t["id"] for t in active["items"]] == [keep["id"]]
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"limit": "0"}, "limit"),
+        ({"limit": "101"}, "limit"),
+        ({"limit": "ten"}, "limit"),
+        ({"status": "sleeping"}, "status"),
+        ({"cursor": "garbage"}, "cursor"),
+    ],
+)
+def test_bad_list_query_is_400(api: Api, query: dict[str, str], field: str) -> None:
+    reply = api.call("GET", "/v1/timers", query=query)
+    assert reply.status == 400
+    assert field in reply.error_fields
+
+
+def test_a_cursor_cannot_be_replayed_by_another_tenant(api: Api) -> None:
+    for _ in range(3):
+        api.create(**bad())
+    cursor = api.call("GET", "/v1/timers", query={"limit": "1"}).body["next_cursor"]
+    assert cursor
+    reply = api.call("GET", "/v1/timers", tenant="globex", query={"limit": "1", "cursor": cursor})
+    assert reply.status == 400
+    assert "cursor" in reply.error_fields
+
+
+# ---------------------------------------------------------------- change
+
+
+def test_patch_recomputes_the_next_fire(api: Api) -> None:
+    timer = api.create(schedule={"type": "every", "seconds": 60})
+    api.clock.advance(10_000)
+    reply = api.call(
+        "PATCH",
+        f"/v1/timers/{timer['id']}",
+        body={"schedule": {"type": "every", "seconds": 5}, "name": "faster", "payload": [1]},
+    )
+    assert reply.status == 200, reply.body
+    assert reply.body["next_fire_at"] == "2026-11-21T10:00:15.000Z"
+    assert reply.body["name"] == "faster"
+    assert reply.body["payload"] == [1]
+    assert reply.body["updated_at"] == "2026-11-21T10:00:10.000Z"
+
+
+def fired(api: Api, timer_id: str, times: int) -> None:
+    """Record fires the way the trigger does (its own tests cover how it gets there)."""
+    store = api.runtime.service.timers
+    timer = store.get("acme", timer_id)
+    assert timer is not None
+    store.put(replace(timer, fire_count=timer.fire_count + times))
+
+
+def test_lowering_max_fires_to_what_already_fired_completes(api: Api) -> None:
+    timer = api.create(schedule={"type": "every", "seconds": 60}, max_fires=5)
+    fired(api, timer["id"], 2)
+    reply = api.call("PATCH", f"/v1/timers/{timer['id']}", body={"max_fires": 2})
+    assert reply.body["status"] == "completed"
+    assert reply.body["next_fire_at"] is None
+    again = api.call("PATCH", f"/v1/timers/{timer['id']}", body={"max_fires": 3})
+    assert again.body["status"] == "active"  # raised again: it has a fire left
+    assert again.body["next_fire_at"] == "2026-11-21T10:01:00.000Z"
+
+
+def test_patch_that_leaves_no_fire_at_all_is_400(api: Api) -> None:
+    timer = api.create(schedule={"type": "every", "seconds": 60})
+    reply = api.call("PATCH", f"/v1/timers/{timer['id']}", body={"end_at": format_ms(T0 + 1000)})
+    assert reply.status == 400
+    assert api.call("GET", f"/v1/timers/{timer['id']}").body == timer
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"schedule": None}, "schedule"),
+        ({"misfire": None}, "misfire"),
+        ({"status": "active"}, "status"),
+        ({"schedule": {"type": "cron", "expression": "nope"}}, "schedule.expression"),
+    ],
+)
+def test_bad_patch_is_400_and_changes_nothing(api: Api, body: dict[str, Any], field: str) -> None:
+    timer = api.create(**bad())
+    reply = api.call("PATCH", f"/v1/timers/{timer['id']}", body=body)
+    assert reply.status == 400
+    assert field in reply.error_fields
+    assert api.call("GET", f"/v1/timers/{timer['id']}").body == timer
+
+
+def test_pause_and_resume(api: Api) -> None:
+    timer = api.create(schedule={"type": "every", "seconds": 60}, misfire="skip")
+    paused = api.call("POST", f"/v1/timers/{timer['id']}/pause").body
+    assert paused["status"] == "paused"
+    api.clock.advance(150_000)  # two occurrences pass while paused
+    resumed = api.call("POST", f"/v1/timers/{timer['id']}/resume").body
+    assert resumed["status"] == "active"
+    assert resumed["next_fire_at"] == "2026-11-21T10:03:00.000Z"  # skip: none of the missed
+
+
+def test_resume_with_fire_once_catches_up_once(api: Api) -> None:
+    timer = api.create(schedule={"type": "every", "seconds": 60})
+    api.call("POST", f"/v1/timers/{timer['id']}/pause")
+    api.clock.advance(150_000)
+    resumed = api.call("POST", f"/v1/timers/{timer['id']}/resume").body
+    assert resumed["next_fire_at"] == "2026-11-21T10:02:00.000Z"  # the latest missed, once
+
+
+def test_paused_timer_leaves_redis_and_returns_on_resume(api: Api) -> None:
+    timer = api.create(schedule={"type": "after", "seconds": 30})
+    occurrence = member("acme", timer["id"], T0 + 30_000)
+    assert indexed(api) == {occurrence}
+    api.call("POST", f"/v1/timers/{timer['id']}/pause")
+    assert indexed(api) == set()
+    api.call("POST", f"/v1/timers/{timer['id']}/resume")
+    assert indexed(api) == {occurrence}
+
+
+def test_completed_timer_cannot_be_paused_or_resumed(api: Api) -> None:
+    timer = api.create(schedule={"type": "every", "seconds": 60}, max_fires=1)
+    fired(api, timer["id"], 1)
+    done = api.call("PATCH", f"/v1/timers/{timer['id']}", body={"max_fires": 1}).body
+    assert done["status"] == "completed"
+    for action in ("pause", "resume"):
+        reply = api.call("POST", f"/v1/timers/{timer['id']}/{action}")
+        assert reply.status == 409
+        assert reply.error_code == "invalid_state"
+
+
+def test_delete_then_404_and_gone_from_redis(api: Api) -> None:
+    timer = api.create(schedule={"type": "after", "seconds": 3})
+    reply = api.call("DELETE", f"/v1/timers/{timer['id']}")
+    assert reply.status == 204
+    assert reply.body is None
+    assert api.call("GET", f"/v1/timers/{timer['id']}").status == 404
+    assert api.call("DELETE", f"/v1/timers/{timer['id']}").status == 404
+    assert indexed(api) == set()
+
+
+def test_unknown_timer_and_unknown_route_are_404(api: Api) -> None:
+    assert api.call("GET", "/v1/timers/tmr_nope").error_code == "not_found"
+    assert api.call("GET", "/v1/nothing-here").status == 404
+
+
+# ---------------------------------------------------------------- tenants are walled off
+
+
+@pytest.mark.parametrize(
+    ("method", "suffix", "body"),
+    [
+        ("GET", "", None),
+        ("PATCH", "", {"name": "mine now"}),
+        ("DELETE", "", None),
+        ("POST", "/pause", None),
+        ("POST", "/resume", None),
+        ("GET", "/fires", None),
+    ],
+)
+def test_another_tenants_timer_is_404_on_every_route(
+    api: Api, method: str, suffix: str, body: Any
+) -> None:
+    theirs = api.create(tenant="acme", **bad(name="acme's"))
+    reply = api.call(method, f"/v1/timers/{theirs['id']}{suffix}", tenant="globex", body=body)
+    assert reply.status == 404
+    assert reply.error_code == "not_found"
+    assert api.call("GET", f"/v1/timers/{theirs['id']}", tenant="acme").body == theirs
+
+
+def test_lists_show_only_the_callers_timers(api: Api) -> None:
+    mine = api.create(tenant="acme", **bad())
+    api.create(tenant="globex", **bad())
+    assert [t["id"] for t in api.call("GET", "/v1/timers").body["items"]] == [mine["id"]]
+
+
+# ---------------------------------------------------------------- fires
+
+
+def test_fires_newest_first_with_pagination(api: Api) -> None:
+    timer = api.create(schedule={"type": "every", "seconds": 60})
+    for i in range(3):
+        due = T0 + 60_000 * (i + 1)
+        FireItem(
+            f"{timer['id']}:{due}",
+            timer_key=timer_key("acme", timer["id"]),
+            scheduled_ms=due,
+            status="enqueued",
+            enqueued_ms=due + 40,
+            lag_ms=40,
+        ).save()
+    first = api.call("GET", f"/v1/timers/{timer['id']}/fires", query={"limit": "2"}).body
+    assert [f["scheduled_at"] for f in first["items"]] == [
+        "2026-11-21T10:03:00.000Z",
+        "2026-11-21T10:02:00.000Z",
+    ]
+    assert first["items"][0] == {
+        "fire_id": f"{timer['id']}:{T0 + 180_000}",
+        "scheduled_at": "2026-11-21T10:03:00.000Z",
+        "enqueued_at": "2026-11-21T10:03:00.040Z",
+        "lag_ms": 40,
+        "status": "enqueued",
+        "reason": None,
+    }
+    rest = api.call(
+        "GET", f"/v1/timers/{timer['id']}/fires", query={"limit": "2", "cursor": first["next_cursor"]}
+    ).body
+    assert [f["scheduled_at"] for f in rest["items"]] == ["2026-11-21T10:01:00.000Z"]
+    assert rest["next_cursor"] is None
+
+
+# ---------------------------------------------------------------- preview
+
+
+def test_schedule_preview_returns_the_cores_times_and_creates_nothing(api: Api) -> None:
+    body = {
+        "schedule": {"type": "cron", "expression": "30 2 * * *", "timezone": "Europe/Berlin"},
+        "start_at": "2027-03-27T00:00:00Z",
+        "count": 3,
+    }
+    reply = api.call("POST", "/v1/schedule-preview", body=body)
+    assert reply.status == 200, reply.body
+    # 2027-03-28 is spring-forward in Berlin: 02:30 does not exist, it fires right after the jump
+    assert reply.body == {
+        "fire_times": [
+            "2027-03-27T01:30:00.000Z",
+            "2027-03-28T01:00:00.000Z",
+            "2027-03-29T00:30:00.000Z",
+        ]
+    }
+    assert timer_count(api) == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"schedule": {"type": "every", "seconds": 60}, "count": 0}, "count"),
+        ({"schedule": {"type": "every", "seconds": 60}, "count": 101}, "count"),
+        ({"schedule": {"type": "cron", "expression": "0 0 30 2 *"}}, "schedule"),
+    ],
+)
+def test_bad_preview_is_400(api: Api, body: dict[str, Any], field: str) -> None:
+    reply = api.call("POST", "/v1/schedule-preview", body=body)
+    assert reply.status == 400
+    assert field in reply.error_fields
+
+
+def test_preview_honours_max_fires_and_end(api: Api) -> None:
+    body = {"schedule": {"type": "every", "seconds": 10}, "max_fires": 2, "count": 5}
+    assert len(api.call("POST", "/v1/schedule-preview", body=body).body["fire_times"]) == 2
+
+
+# ---------------------------------------------------------------- rate limit
+
+
+def test_tenant_over_its_rate_is_429_until_the_next_second(api: Api) -> None:
+    tenant_item = tenants.TenantItem.get("TENANT#acme")
+    tenant_item.update(actions=[tenants.TenantItem.rate_limit_per_s.set(3)])
+    replies = [api.call("GET", "/v1/tenant").status for _ in range(4)]
+    assert replies == [200, 200, 200, 429]
+    assert api.call("GET", "/v1/tenant", tenant="globex").status == 200  # others unaffected
+    api.clock.advance(1000)
+    assert api.call("GET", "/v1/tenant").status == 200
+
+
+def test_rate_limited_reply_has_the_contract_body(api: Api) -> None:
+    tenants.TenantItem.get("TENANT#acme").update(
+        actions=[tenants.TenantItem.rate_limit_per_s.set(0)]
+    )
+    reply = api.call("GET", "/v1/tenant")
+    assert reply.status == 429
+    assert reply.error_code == "rate_limited"
+
+
+# ---------------------------------------------------------------- events/ samples
+
+
+@pytest.mark.parametrize("path", sorted(EVENTS.glob("api-*.json")), ids=lambda p: p.stem)
+def test_sample_events_run_through_the_handler(api: Api, path: Path) -> None:
+    """events/api-*.json are what `sam local invoke ApiFunction -e` sends; they must work."""
+    event = json.loads(path.read_text())
+    headers = event.get("headers") or {}
+    if "x-api-key" in headers:
+        headers["x-api-key"] = api.keys["acme"]
+        event["multiValueHeaders"]["x-api-key"] = [api.keys["acme"]]
+    if event["pathParameters"]:
+        timer = api.create(schedule={"type": "every", "seconds": 60})
+        event["path"] = event["path"].replace("tmr_example", timer["id"])
+        event["pathParameters"]["id"] = timer["id"]
+    reply = api.send(event)
+    assert reply.status < 300, (path.name, reply.body)
