@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from timers.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template.yaml"
@@ -35,7 +36,7 @@ def _intrinsic(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Tag:
     elif isinstance(node, yaml.SequenceNode):
         value = loader.construct_sequence(node, deep=True)
     else:
-        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+        value = loader.construct_mapping(node, deep=True)
     return Tag(suffix, value)
 
 
@@ -45,7 +46,7 @@ _Loader.add_multi_constructor("!", _intrinsic)
 @cache
 def load(path: Path = TEMPLATE) -> dict[str, Any]:
     with path.open() as f:
-        doc: dict[str, Any] = yaml.load(f, Loader=_Loader)  # noqa: S506 - safe loader subclass
+        doc: dict[str, Any] = yaml.load(f, Loader=_Loader)
     return doc
 
 
@@ -89,3 +90,9 @@ TABLE_SETTINGS = {
     "IdempotencyTable": "idempotency_table",
 }
 """Logical id of each table -> the Settings field that names it."""
+
+
+def local_settings(**overrides: Any) -> Settings:
+    """Settings that name each table by its logical id: how the tests and local stack make them."""
+    names: dict[str, Any] = {field: logical_id for logical_id, field in TABLE_SETTINGS.items()}
+    return Settings(**{**names, **overrides})

@@ -13,7 +13,12 @@ from moto import mock_aws
 from ops import template
 
 # Never reach a real account from a test, whatever the developer's shell has.
-for _var in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS"):
+for _var in (
+    "AWS_PROFILE",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_DYNAMODB",
+    "AWS_ENDPOINT_URL_SQS",
+):
     os.environ.pop(_var, None)
 os.environ.update(
     AWS_DEFAULT_REGION="us-east-1",

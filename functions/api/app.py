@@ -15,11 +15,10 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
-from aws_lambda_powertools.event_handler.openapi.models import APIKey, APIKeyIn
+from aws_lambda_powertools.event_handler.openapi.models import APIKey
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
-
 from timers import http_models as m
 from timers.core.errors import DomainError, FieldError, PayloadTooLarge, RateLimited, Unauthorized
 from timers.core.timer import STATUSES, serialize_payload
@@ -35,7 +34,10 @@ BODY_LIMIT_BYTES = 256 * 1024
 PUBLIC_RESOURCES = frozenset({"/v1/health", "/v1/openapi.json"})
 StatusFilter = Annotated[str | None, Query(description="active | paused | completed")]
 Limit = Annotated[int, Query(ge=1, le=100)]
-_ERROR = {"description": "The contract's error body", "content": {"application/json": {"model": m.ErrorOut}}}
+_ERROR = {
+    "description": "The contract's error body",
+    "content": {"application/json": {"model": m.ErrorOut}},
+}
 ERRORS: dict[int, Any] = {status: _ERROR for status in (400, 401, 404, 409, 413, 429)}
 
 
@@ -94,14 +96,18 @@ def get_timer(timer_id: str) -> m.TimerOut:
     return m.TimerOut(**runtime().service.get(tenant(), timer_id))
 
 
-@app.patch("/v1/timers/<timer_id>", responses=ERRORS, summary="Update a timer; its next fire is recomputed")
+@app.patch(
+    "/v1/timers/<timer_id>", responses=ERRORS, summary="Update a timer; its next fire is recomputed"
+)
 def patch_timer(timer_id: str, body: m.TimerPatch) -> m.TimerOut:
     payload = serialize_payload(body.payload) if "payload" in body.model_fields_set else None
     changes = m.to_changes(body, payload)
     return m.TimerOut(**runtime().service.patch(tenant(), timer_id, changes))
 
 
-@app.delete("/v1/timers/<timer_id>", responses=ERRORS, summary="Cancel a timer: it never fires again")
+@app.delete(
+    "/v1/timers/<timer_id>", responses=ERRORS, summary="Cancel a timer: it never fires again"
+)
 def delete_timer(timer_id: str) -> Response[None]:
     runtime().service.delete(tenant(), timer_id)
     return Response(status_code=HTTPStatus.NO_CONTENT, body=None)
@@ -112,7 +118,11 @@ def pause_timer(timer_id: str) -> m.TimerOut:
     return m.TimerOut(**runtime().service.pause(tenant(), timer_id))
 
 
-@app.post("/v1/timers/<timer_id>/resume", responses=ERRORS, summary="Resume; missed fires follow `misfire`")
+@app.post(
+    "/v1/timers/<timer_id>/resume",
+    responses=ERRORS,
+    summary="Resume; missed fires follow `misfire`",
+)
 def resume_timer(timer_id: str) -> m.TimerOut:
     return m.TimerOut(**runtime().service.resume(tenant(), timer_id))
 
@@ -124,7 +134,11 @@ def list_fires(
     return m.FireList(**runtime().service.fire_history(tenant(), timer_id, limit, cursor))
 
 
-@app.post("/v1/schedule-preview", responses=ERRORS, summary="The next fire times of a schedule; creates nothing")
+@app.post(
+    "/v1/schedule-preview",
+    responses=ERRORS,
+    summary="The next fire times of a schedule; creates nothing",
+)
 def schedule_preview(body: m.PreviewIn) -> m.PreviewOut:
     service = runtime().service
     return m.PreviewOut(**service.preview(m.to_plan(body, service.clock()), body.count))
@@ -197,7 +211,7 @@ def openapi_document() -> str:
         title="Timer service",
         version="1.0.0",
         description="Second-precision timers that call back to SQS. See README.md.",
-        security_schemes={"apiKey": APIKey(name="x-api-key", **{"in": APIKeyIn.header})},
+        security_schemes={"apiKey": APIKey.model_validate({"in": "header", "name": "x-api-key"})},
         security=[{"apiKey": []}],
     )
 

@@ -9,17 +9,16 @@ from typing import Any
 import boto3
 import pytest
 import redis
+from timers import tenants
+from timers.runtime import Runtime, build_runtime
 
 from functions.api import app as api_app
-from ops.template import TABLE_SETTINGS
+from ops.template import local_settings
 from tests.conftest import FakeClock
 from tests.support import apigw
 from tests.support.lambda_context import LambdaContext
-from timers import tenants
-from timers.config import Settings
-from timers.runtime import Runtime, build_runtime
 
-SETTINGS = Settings(**{field: logical_id for logical_id, field in TABLE_SETTINGS.items()})
+SETTINGS = local_settings()
 
 
 @dataclass
@@ -30,7 +29,11 @@ class Reply:
 
     @property
     def error_code(self) -> str | None:
-        return self.body["error"]["code"] if isinstance(self.body, dict) and "error" in self.body else None
+        return (
+            self.body["error"]["code"]
+            if isinstance(self.body, dict) and "error" in self.body
+            else None
+        )
 
     @property
     def error_fields(self) -> set[str]:
@@ -66,7 +69,9 @@ class Api:
     def send(self, event: dict[str, Any]) -> Reply:
         result = api_app.handler(event, LambdaContext(function_name="api"))
         text = result.get("body")
-        return Reply(result["statusCode"], json.loads(text) if text else None, result.get("headers") or {})
+        return Reply(
+            result["statusCode"], json.loads(text) if text else None, result.get("headers") or {}
+        )
 
     def create(self, tenant: str = "acme", **timer: Any) -> dict[str, Any]:
         reply = self.call("POST", "/v1/timers", tenant=tenant, body=timer)

@@ -10,27 +10,34 @@ from typing import Any
 
 import boto3
 import pytest
-
-from tests.conftest import T0, FakeClock
-from tests.integration.api_harness import Api, make_api
 from timers import tenants
 from timers.core.times import format_ms
 from timers.redis_index import bucket_of, member
 from timers.store import FireItem, timer_key
+
+from tests.conftest import T0, FakeClock
+from tests.integration.api_harness import Api, make_api
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 AT = format_ms(T0 + 3_600_000)  # an hour from the test clock's now
 
 
 @pytest.fixture
-def api(aws: None, clock: FakeClock, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Api]:
+def api(
+    aws: None, clock: FakeClock, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Api]:
     yield make_api(monkeypatch, clock, redis_url)
 
 
 def indexed(api: Api) -> set[str]:
     """Every occurrence in Redis, due or leased."""
     conn = api.runtime.redis
-    return {m for key in conn.scan_iter("tq:*") if conn.type(key) == "zset" for m in conn.zrange(key, 0, -1)}
+    return {
+        m
+        for key in conn.scan_iter("tq:*")
+        if conn.type(key) == "zset"
+        for m in conn.zrange(key, 0, -1)
+    }
 
 
 def timer_count(api: Api, tenant: str = "acme") -> int:
@@ -133,7 +140,10 @@ def bad(**overrides: Any) -> dict[str, Any]:
         (bad(schedule={"type": "cron", "expression": "61 * * * *"}), "schedule.expression"),
         (bad(schedule={"type": "cron", "expression": "0 7 * * * *"}), "schedule.expression"),
         (bad(schedule={"type": "cron", "expression": "@daily"}), "schedule.expression"),
-        (bad(schedule={"type": "cron", "expression": "0 7 * * *", "timezone": "Mars/Olympus"}), "schedule.timezone"),
+        (
+            bad(schedule={"type": "cron", "expression": "0 7 * * *", "timezone": "Mars/Olympus"}),
+            "schedule.timezone",
+        ),
         (bad(schedule={"type": "at", "at": "2026-11-21T09:54:00Z"}), "schedule.at"),
         (bad(schedule={"type": "at", "at": "2026-11-21T12:00:00"}), "schedule.at"),
         (bad(schedule={"type": "at", "at": "tomorrow"}), "schedule.at"),
@@ -148,7 +158,10 @@ def bad(**overrides: Any) -> dict[str, Any]:
         (bad(misfire="sometimes"), "misfire"),
         (bad(start_at="2026-11-22T00:00:00Z", end_at="2026-11-21T12:00:00Z"), "end_at"),
         (bad(target={"queue_url": 5}), "target.queue_url"),
-        (bad(target={"queue_url": "https://sqs.us-east-1.amazonaws.com/1/elsewhere"}), "target.queue_url"),
+        (
+            bad(target={"queue_url": "https://sqs.us-east-1.amazonaws.com/1/elsewhere"}),
+            "target.queue_url",
+        ),
     ],
 )
 def test_bad_input_is_400_with_the_field_and_creates_nothing(
@@ -478,7 +491,9 @@ def test_fires_newest_first_with_pagination(api: Api) -> None:
         "reason": None,
     }
     rest = api.call(
-        "GET", f"/v1/timers/{timer['id']}/fires", query={"limit": "2", "cursor": first["next_cursor"]}
+        "GET",
+        f"/v1/timers/{timer['id']}/fires",
+        query={"limit": "2", "cursor": first["next_cursor"]},
     ).body
     assert [f["scheduled_at"] for f in rest["items"]] == ["2026-11-21T10:01:00.000Z"]
     assert rest["next_cursor"] is None

@@ -24,7 +24,7 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """Each field from its upper-case environment variable (TIMERS_TABLE, ...), else the default."""
+        """Each field from its upper-case environment variable (TIMERS_TABLE...), else default."""
         env = os.environ if env is None else env
         values: dict[str, object] = {}
         for f in fields(cls):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, StrictFloat, StrictInt
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, StrictInt
 
 from timers.core import schedule as sched
 from timers.core.errors import FieldError, InvalidInput
@@ -213,7 +213,9 @@ def to_changes(body: TimerPatch, payload_json: str | None) -> dict[str, Any]:
 
 
 def to_plan(body: PreviewIn, now_ms: int) -> Plan:
-    plan = Plan(_schedule(body.schedule), now_ms, _ms(body.start_at), _ms(body.end_at), body.max_fires)
+    plan = Plan(
+        _schedule(body.schedule), now_ms, _ms(body.start_at), _ms(body.end_at), body.max_fires
+    )
     errors = sched.validate_plan(plan, now_ms)
     if errors:
         raise InvalidInput("the schedule is invalid", errors)

@@ -67,7 +67,9 @@ class TimerService:
 
     # ---------------------------------------------------------------- create
 
-    def create(self, tenant: Tenant, spec: TimerSpec, idempotency_key: str | None) -> dict[str, Any]:
+    def create(
+        self, tenant: Tenant, spec: TimerSpec, idempotency_key: str | None
+    ) -> dict[str, Any]:
         now = self.clock()
         target = self._target(tenant, spec.target_queue_url)
         timer = timers.create(
@@ -161,7 +163,10 @@ class TimerService:
 
     def patch(self, tenant: Tenant, timer_id: str, changes: dict[str, Any]) -> dict[str, Any]:
         if "target_queue_url" in changes:
-            changes = {**changes, "target_queue_url": self._target(tenant, changes["target_queue_url"])}
+            changes = {
+                **changes,
+                "target_queue_url": self._target(tenant, changes["target_queue_url"]),
+            }
         return self._update(tenant, timer_id, lambda t, now: timers.patch(t, changes, now))
 
     def pause(self, tenant: Tenant, timer_id: str) -> dict[str, Any]:
@@ -200,8 +205,10 @@ class TimerService:
 
     def _view_after_write(self, before: Timer | None, after: Timer) -> dict[str, Any]:
         """Keep Redis in step with a write; DynamoDB stays the truth if Redis is unreachable."""
-        if before is not None and before.is_due_indexed and (
-            not after.is_due_indexed or before.next_fire_ms != after.next_fire_ms
+        if (
+            before is not None
+            and before.is_due_indexed
+            and (not after.is_due_indexed or before.next_fire_ms != after.next_fire_ms)
         ):
             self._unindex(before)
         if after.is_due_indexed and self.index is not None:
@@ -220,7 +227,9 @@ class TimerService:
 def _best_effort(what: str, call: Callable[[], object]) -> None:
     try:
         call()
-    except Exception:  # the migrator rebuilds Redis from DynamoDB; a failure here only costs latency
+    except (
+        Exception
+    ):  # the migrator rebuilds Redis from DynamoDB; a failure here only costs latency
         log.warning("fast path %s failed; the migrator will catch up", what, exc_info=True)
 
 
@@ -266,4 +275,3 @@ def _decode_cursor(cursor: str | None, tenant: Tenant, scope: str) -> str | None
             "invalid cursor", [FieldError("cursor", "not a cursor this listing returned")]
         )
     return str(data["p"])
-

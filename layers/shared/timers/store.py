@@ -1,4 +1,4 @@
-"""DynamoDB adapter (pynamodb): timers are the source of truth, fires the per-fire claim and history.
+"""DynamoDB adapter (pynamodb): timers are the source of truth; fires hold claims and history.
 
 Tables (see template.yaml):
 - timers: (tenant, timer_id); sparse GSI ``due-index`` (due_shard, next_fire_ms), keys only.
@@ -326,7 +326,7 @@ class IdempotencyStore:
 
 
 def iter_due(shard: str, until_ms: int, page_size: int = 500) -> Iterator[tuple[str, str, int]]:
-    """(tenant, timer id, next fire) of active timers due by ``until_ms`` in one shard, oldest first."""
+    """(tenant, timer id, next fire) of active timers due by ``until_ms`` in a shard, oldest 1st."""
     for item in TimerItem.due_index.query(
         shard, range_key_condition=TimerItem.next_fire_ms <= until_ms, page_size=page_size
     ):

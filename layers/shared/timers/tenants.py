@@ -121,9 +121,7 @@ def add_key(name: str, now_ms: int, api_key: str | None = None) -> str:
     if get_tenant(name) is None:
         raise NotFound(f"no tenant {name!r}")
     api_key = api_key or KEY_PREFIX + secrets.token_urlsafe(32)
-    ApiKeyItem(
-        f"KEY#{_hash(api_key)}", tenant=name, key_id=api_key[:10], created_ms=now_ms
-    ).save()
+    ApiKeyItem(f"KEY#{_hash(api_key)}", tenant=name, key_id=api_key[:10], created_ms=now_ms).save()
     return api_key
 
 

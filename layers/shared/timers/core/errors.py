@@ -36,7 +36,7 @@ class NotFound(DomainError):
 
 
 class InvalidState(DomainError):
-    """The request is well-formed but the timer's state forbids it (e.g. resuming a completed one)."""
+    """Well-formed, but the timer's state forbids it (e.g. resuming a completed timer)."""
 
     status, code = 409, "invalid_state"
 

@@ -42,7 +42,9 @@ class Timer:
     tenant: str
     id: str
     schedule: Schedule
-    anchor_ms: int  # when the schedule was set: `after` counts from here, one clock for the first fire
+    anchor_ms: (
+        int  # when the schedule was set: `after` counts from here, one clock for the first fire
+    )
     target_queue_url: str
     payload_json: str  # the payload serialized once, delivered verbatim
     misfire: Misfire = "fire_once"
@@ -156,7 +158,6 @@ def patch(timer: Timer, changes: dict[str, Any], now_ms: int) -> Timer:
     else:
         upcoming = next_fire(updated.plan, now_ms - 1)  # next occurrence at or after now
     return _settle(updated, upcoming)
-
 
 
 def pause(timer: Timer, now_ms: int) -> Timer:

@@ -21,7 +21,7 @@ def from_ms(ms: int) -> datetime:
 
 
 def format_ms(ms: int) -> str:
-    """The contract's output format: UTC with millisecond precision, e.g. 2026-11-21T10:00:00.000Z."""
+    """The contract's output format: UTC, millisecond precision, e.g. 2026-11-21T10:00:00.000Z."""
     return from_ms(ms).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 

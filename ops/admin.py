@@ -1,0 +1,149 @@
+"""Tenant administration: ``python -m ops.admin <command>`` (the Makefile's ``make tenant``).
+
+    tenant create NAME [--api-key KEY]   create the tenant, its callback queue and a key
+    key add NAME                         issue another key
+    key revoke KEY                       revoke a key (it stops working at once)
+    queue allow NAME QUEUE_URL           let NAME target an extra queue
+    queue disallow NAME QUEUE_URL        take that back
+    tenant show NAME                     print the tenant
+
+The target is the local stack (``ENV=local``, default; ``AWS_PORT``, default 4566) or the
+deployed stack named in samconfig.toml (``ENV=aws``), whose outputs name the tables. Every
+command prints one JSON object as its last stdout line. Keys are printed once and stored hashed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from timers import tenants
+from timers.config import Settings
+from timers.core.errors import DomainError, NotFound
+
+from ops.template import ROOT, local_settings
+
+LOCAL_SETTINGS = local_settings()
+
+
+@dataclass(frozen=True)
+class Target:
+    settings: Settings
+    sqs: Any
+
+
+def local_target() -> Target:
+    endpoint = f"http://127.0.0.1:{os.environ.get('AWS_PORT', '4566')}"
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    os.environ["AWS_ENDPOINT_URL"] = endpoint  # pynamodb and boto3 both honour it
+    return Target(LOCAL_SETTINGS, boto3.client("sqs"))
+
+
+def aws_target() -> Target:
+    """Table names and queue prefix from the outputs of the stack samconfig.toml deploys."""
+    config = tomllib.loads((ROOT / "samconfig.toml").read_text())
+    stack = config["default"]["global"]["parameters"]["stack_name"]
+    region = config["default"].get("deploy", {}).get("parameters", {}).get("region")
+    cfn = boto3.client("cloudformation", region_name=region)
+    outputs = {
+        o["OutputKey"]: o["OutputValue"]
+        for o in cfn.describe_stacks(StackName=stack)["Stacks"][0].get("Outputs", [])
+    }
+    if region:
+        os.environ["AWS_DEFAULT_REGION"] = region
+    settings = Settings(
+        timers_table=outputs["TimersTableName"],
+        fires_table=outputs["FiresTableName"],
+        tenants_table=outputs["TenantsTableName"],
+        idempotency_table=outputs["IdempotencyTableName"],
+        tenant_queue_prefix=outputs["TenantQueuePrefix"],
+    )
+    return Target(settings, boto3.client("sqs", region_name=region))
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def create_tenant(target: Target, name: str, api_key: str | None = None) -> dict[str, Any]:
+    """Create (or complete) a tenant: its callback queue, its record and a key. Idempotent."""
+    tenants.validate_name(name)
+    queue = target.sqs.create_queue(QueueName=f"{target.settings.tenant_queue_prefix}{name}")
+    tenant = tenants.put_tenant(name, queue["QueueUrl"], now_ms())
+    key = tenants.add_key(name, now_ms(), api_key)
+    return {**tenants.summary(tenant), "api_key": key}
+
+
+def run(target: Target, argv: Sequence[str]) -> dict[str, Any]:
+    args = _parser().parse_args(argv)
+    tenants.bind_tables(target.settings)
+    match (args.noun, args.verb):
+        case ("tenant", "create"):
+            return create_tenant(target, args.name, args.api_key)
+        case ("tenant", "show"):
+            tenant = tenants.get_tenant(args.name)
+            if tenant is None:
+                raise NotFound(f"no tenant {args.name!r}")
+            return {
+                **tenants.summary(tenant),
+                "allowed_queue_urls": sorted(tenant.allowed_queue_urls),
+            }
+        case ("key", "add"):
+            return {"tenant": args.name, "api_key": tenants.add_key(args.name, now_ms())}
+        case ("key", "revoke"):
+            return {"revoked": tenants.revoke_key(args.api_key)}
+        case ("queue", "allow"):
+            tenant = tenants.allow_queue(args.name, args.queue_url)
+            return {"tenant": tenant.name, "allowed_queue_urls": sorted(tenant.allowed_queue_urls)}
+        case ("queue", "disallow"):
+            tenant = tenants.disallow_queue(args.name, args.queue_url)
+            return {"tenant": tenant.name, "allowed_queue_urls": sorted(tenant.allowed_queue_urls)}
+    raise AssertionError("unreachable: argparse accepts only the commands above")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m ops.admin",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    nouns = parser.add_subparsers(dest="noun", required=True)
+    tenant = nouns.add_parser("tenant").add_subparsers(dest="verb", required=True)
+    create = tenant.add_parser("create")
+    create.add_argument("name")
+    create.add_argument("--api-key", help="register this key instead of generating one")
+    tenant.add_parser("show").add_argument("name")
+    key = nouns.add_parser("key").add_subparsers(dest="verb", required=True)
+    key.add_parser("add").add_argument("name")
+    key.add_parser("revoke").add_argument("api_key")
+    queue = nouns.add_parser("queue").add_subparsers(dest="verb", required=True)
+    for verb in ("allow", "disallow"):
+        p = queue.add_parser(verb)
+        p.add_argument("name")
+        p.add_argument("queue_url")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    target = aws_target() if os.environ.get("ENV", "local") == "aws" else local_target()
+    try:
+        result = run(target, sys.argv[1:] if argv is None else argv)
+    except DomainError as exc:
+        print(json.dumps({"error": {"code": exc.code, "message": exc.message}}))
+        return 1
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Tenant administration (make tenant and friends) against moto."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+from timers import tenants
+
+from ops import admin
+
+
+@pytest.fixture
+def target(aws: None) -> admin.Target:
+    return admin.Target(admin.LOCAL_SETTINGS, boto3.client("sqs"))
+
+
+def test_create_tenant_makes_queue_record_and_a_working_key(target: admin.Target) -> None:
+    out = admin.run(target, ["tenant", "create", "acme"])
+    assert out["tenant"] == "acme"
+    assert out["callback_queue_url"].endswith("/timers-tenant-acme")
+    assert out["api_key"].startswith("tk_")
+    assert boto3.client("sqs").get_queue_url(QueueName="timers-tenant-acme")["QueueUrl"]
+    assert tenants.authenticate(out["api_key"]) == tenants.Tenant("acme", out["callback_queue_url"])
+
+
+def test_keys_are_stored_hashed(target: admin.Target) -> None:
+    key = admin.run(target, ["tenant", "create", "acme"])["api_key"]
+    items = boto3.client("dynamodb").scan(TableName="TenantsTable")["Items"]
+    assert key not in str(items)
+
+
+def test_create_is_idempotent_and_can_register_a_given_key(target: admin.Target) -> None:
+    first = admin.run(target, ["tenant", "create", "demo", "--api-key", "tk_demo-key"])
+    again = admin.run(target, ["tenant", "create", "demo", "--api-key", "tk_demo-key"])
+    assert first == again
+    assert tenants.authenticate("tk_demo-key") is not None
+
+
+def test_add_and_revoke_keys(target: admin.Target) -> None:
+    first = admin.run(target, ["tenant", "create", "acme"])["api_key"]
+    second = admin.run(target, ["key", "add", "acme"])["api_key"]
+    assert first != second
+    assert admin.run(target, ["key", "revoke", first]) == {"revoked": True}
+    assert tenants.authenticate(first) is None
+    assert tenants.authenticate(second) is not None
+    assert admin.run(target, ["key", "revoke", first]) == {"revoked": False}
+
+
+def test_allow_and_disallow_a_queue(target: admin.Target) -> None:
+    admin.run(target, ["tenant", "create", "acme"])
+    url = "https://sqs.us-east-1.amazonaws.com/123456789012/acme-orders"
+    assert admin.run(target, ["queue", "allow", "acme", url])["allowed_queue_urls"] == [url]
+    tenant = tenants.get_tenant("acme")
+    assert tenant is not None and tenant.may_target(url)
+    assert admin.run(target, ["queue", "disallow", "acme", url])["allowed_queue_urls"] == []
+
+
+@pytest.mark.parametrize("name", ["Acme", "a_b", "", "x" * 41, "ü"])
+def test_bad_tenant_names_are_refused_and_create_nothing(target: admin.Target, name: str) -> None:
+    with pytest.raises(tenants.InvalidInput):
+        admin.run(target, ["tenant", "create", name])
+    assert boto3.client("sqs").list_queues().get("QueueUrls", []) == []
+
+
+def test_unknown_tenant_is_not_found(target: admin.Target) -> None:
+    with pytest.raises(tenants.NotFound):
+        admin.run(target, ["key", "add", "ghost"])
