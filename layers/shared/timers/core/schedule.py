@@ -279,10 +279,9 @@ def _check_cron_item(item: str, field: _CronField) -> None:
     if match is None:
         raise ValueError("expected *, a value or a range, each optionally /step, e.g. 1-5 or */15")
     first, last, step = match.groups()
-    if first is not None and last is not None and field.value(last) < field.value(first):
+    values = [field.value(v) for v in (first, last) if v is not None]
+    if values != sorted(values):
         raise ValueError("range runs backwards")
-    if first is not None:
-        field.value(first)
     if step is not None and int(step) == 0:
         raise ValueError("step must be at least 1")
 
@@ -338,6 +337,7 @@ def first_fire(plan: Plan) -> int | None:
 def next_fire(plan: Plan, after_ms: int) -> int | None:
     """The first occurrence strictly after ``after_ms`` honouring start/end, not max_fires."""
     s = plan.schedule
+    due: int | None
     if isinstance(s, EverySchedule):
         period, origin = _series(plan, s)
         lowest = max(after_ms + 1, plan.anchor_ms)
@@ -347,15 +347,11 @@ def next_fire(plan: Plan, after_ms: int) -> int | None:
         floor = max(after_ms, plan.anchor_ms)
         if plan.start_ms is not None:
             floor = max(floor, plan.start_ms - 1)
-        found = next(_cron_forward(s, floor), None)
-        if found is None:
-            return None
-        due = found
+        due = next(_cron_forward(s, floor), None)
     else:
         due = _one_shot_due(plan)
-        if due <= after_ms:
-            return None
-    return due if _within(plan, due) else None
+        due = due if due > after_ms else None
+    return due if due is not None and _within(plan, due) else None
 
 
 def preview(plan: Plan, count: int) -> list[int]:
@@ -402,11 +398,12 @@ def catch_up(plan: Plan, cursor_ms: int, now_ms: int, misfire: Misfire, grace_ms
     latest due one only if it is itself within grace. The pause/resume path uses grace 0.
     """
     fire: int | None = cursor_ms
-    if is_recurring(plan.schedule) and cursor_ms < now_ms - grace_ms:
+    overdue = cursor_ms < now_ms - grace_ms
+    if is_recurring(plan.schedule) and overdue and misfire != "fire_all":
         latest = latest_due(plan, cursor_ms, now_ms)
         if latest != cursor_ms and misfire == "fire_once":
             fire = latest
-        elif latest != cursor_ms and misfire == "skip":
+        elif latest != cursor_ms:  # skip
             fire = latest if latest >= now_ms - grace_ms else None
     return CatchUp(fire, next_fire(plan, now_ms if fire is None else fire))
 
