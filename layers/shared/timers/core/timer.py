@@ -163,6 +163,8 @@ def patch(timer: Timer, changes: dict[str, Any], now_ms: int) -> Timer:
 def pause(timer: Timer, now_ms: int) -> Timer:
     if timer.status == "completed":
         raise InvalidState("a completed timer cannot be paused")
+    if timer.status == "paused":
+        return timer
     return replace(timer, status="paused", updated_ms=now_ms)
 
 
