@@ -1,0 +1,122 @@
+"""The timer state machine: cursor, completion, pause/resume with misfire, patch."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from timers.core import timer as t
+from timers.core.errors import InvalidInput, InvalidState, PayloadTooLarge
+from timers.core.schedule import AfterSchedule, AtSchedule, CronSchedule, EverySchedule, Misfire
+
+T0 = 1_795_255_200_000  # 2026-11-21T10:00:00Z
+MIN = 60_000
+
+
+def every_minute(misfire: Misfire = "fire_once", **kw: int) -> t.Timer:
+    return t.create(
+        "acme",
+        "tmr_1",
+        schedule=EverySchedule(60),
+        target_queue_url="q",
+        payload_json="null",
+        now_ms=T0,
+        misfire=misfire,
+        **kw,
+    )
+
+
+def test_create_sets_the_first_cursor_from_the_request_clock() -> None:
+    timer = t.create(
+        "acme",
+        "tmr_1",
+        schedule=AfterSchedule(2.5),
+        target_queue_url="q",
+        payload_json="{}",
+        now_ms=T0,
+    )
+    assert (timer.status, timer.next_fire_ms, timer.anchor_ms) == ("active", T0 + 2500, T0)
+    assert timer.is_due_indexed
+
+
+def test_create_rejects_a_plan_that_never_fires() -> None:
+    with pytest.raises(InvalidInput) as err:
+        t.create(
+            "acme",
+            "tmr_1",
+            schedule=CronSchedule("0 0 30 2 *"),
+            target_queue_url="q",
+            payload_json="null",
+            now_ms=T0,
+        )
+    assert [e.field for e in err.value.details] == ["schedule"]
+
+
+@pytest.mark.parametrize(
+    ("misfire", "cursor_after_resume"),
+    [("fire_all", T0 + MIN), ("fire_once", T0 + 3 * MIN), ("skip", T0 + 4 * MIN)],
+)
+def test_resume_applies_the_misfire_policy(misfire: Misfire, cursor_after_resume: int) -> None:
+    paused = t.pause(every_minute(misfire), T0 + 1000)
+    assert not paused.is_due_indexed
+    resumed = t.resume(paused, T0 + 3 * MIN + 30_000)  # 10:01, 10:02, 10:03 missed
+    assert resumed.status == "active"
+    assert resumed.next_fire_ms == cursor_after_resume
+
+
+def test_pause_and_resume_are_idempotent_and_refuse_completed_timers() -> None:
+    timer = every_minute()
+    assert t.resume(timer, T0) is timer
+    paused = t.pause(timer, T0)
+    assert t.pause(paused, T0 + 5) is paused
+    done = t.patch(replace(timer, fire_count=1), {"max_fires": 1}, T0)
+    assert done.status == "completed"
+    for change in (t.pause, t.resume):
+        with pytest.raises(InvalidState):
+            change(done, T0)
+
+
+def test_patch_of_schedule_reanchors_at_the_patch_time() -> None:
+    timer = t.patch(every_minute(), {"schedule": AfterSchedule(5)}, T0 + 7000)
+    assert (timer.anchor_ms, timer.next_fire_ms) == (T0 + 7000, T0 + 12_000)
+
+
+def test_patch_of_name_keeps_the_cursor() -> None:
+    timer = every_minute()
+    assert t.patch(timer, {"name": "x"}, T0 + 30_000).next_fire_ms == timer.next_fire_ms
+
+
+def test_patch_of_end_recomputes_from_now_for_recurring_timers() -> None:
+    timer = every_minute()
+    patched = t.patch(timer, {"end_ms": T0 + 10 * MIN}, T0 + 2 * MIN + 1)
+    assert patched.next_fire_ms == T0 + 3 * MIN
+
+
+def test_a_fired_one_shot_is_rearmed_only_by_a_new_schedule() -> None:
+    fired = t.Timer(
+        "acme",
+        "tmr_1",
+        AtSchedule(T0),
+        T0 - MIN,
+        "q",
+        "null",
+        fire_count=1,
+        status="completed",
+        next_fire_ms=None,
+    )
+    assert t.patch(fired, {"end_ms": T0 + MIN}, T0 + 1).status == "completed"
+    rearmed = t.patch(fired, {"schedule": AtSchedule(T0 + MIN)}, T0 + 1)
+    assert (rearmed.status, rearmed.next_fire_ms) == ("active", T0 + MIN)
+
+
+def test_read_only_fields_cannot_be_patched() -> None:
+    with pytest.raises(ValueError):
+        t.patch(every_minute(), {"status": "completed"}, T0)
+
+
+def test_payload_limit_is_64_kib_serialized() -> None:
+    assert t.serialize_payload("x" * (64 * 1024 - 2))
+    with pytest.raises(PayloadTooLarge):
+        t.serialize_payload("x" * (64 * 1024 - 1))
+    assert t.serialize_payload({"a": [1, None]}) == '{"a":[1,null]}'
