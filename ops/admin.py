@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import boto3
+
+from ops.template import ROOT, local_settings
 from timers import tenants
 from timers.config import Settings
 from timers.core.errors import DomainError, NotFound
-
-from ops.template import ROOT, local_settings
 
 LOCAL_SETTINGS = local_settings()
 

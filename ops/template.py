@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from timers.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,6 +19,7 @@ from aws_lambda_powertools.event_handler.openapi.models import APIKey
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
+
 from timers import http_models as m
 from timers.core.errors import DomainError, FieldError, PayloadTooLarge, RateLimited, Unauthorized
 from timers.core.timer import STATUSES, serialize_payload

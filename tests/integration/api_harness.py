@@ -9,14 +9,14 @@ from typing import Any
 import boto3
 import pytest
 import redis
-from timers import tenants
-from timers.runtime import Runtime, build_runtime
 
 from functions.api import app as api_app
 from ops.template import local_settings
 from tests.conftest import FakeClock
 from tests.support import apigw
 from tests.support.lambda_context import LambdaContext
+from timers import tenants
+from timers.runtime import Runtime, build_runtime
 
 SETTINGS = local_settings()
 

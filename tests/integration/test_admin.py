@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import boto3
 import pytest
-from timers import tenants
 
 from ops import admin
+from timers import tenants
 
 
 @pytest.fixture

@@ -10,13 +10,13 @@ from typing import Any
 
 import boto3
 import pytest
+
+from tests.conftest import T0, FakeClock
+from tests.integration.api_harness import Api, make_api
 from timers import tenants
 from timers.core.times import format_ms
 from timers.redis_index import bucket_of, member
 from timers.store import FireItem, timer_key
-
-from tests.conftest import T0, FakeClock
-from tests.integration.api_harness import Api, make_api
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 AT = format_ms(T0 + 3_600_000)  # an hour from the test clock's now

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import pytest
 import redis
 from redis.crc import key_slot
+
 from timers.redis_index import (
     ADD_CHUNK,
     Leased,

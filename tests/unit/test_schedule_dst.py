@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from croniter import croniter
 from cronsim import CronSim
+
 from timers.core.schedule import CronSchedule, Plan, latest_due, next_fire, preview
 from timers.core.times import format_ms, from_ms, parse_ms, to_ms
 

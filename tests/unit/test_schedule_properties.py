@@ -6,6 +6,7 @@ from itertools import pairwise
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from timers.core.schedule import (
     AfterSchedule,
     AtSchedule,
