@@ -33,6 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from timers.firing import BATCH_LIMIT
+
 logger = logging.getLogger(__name__)
 
 TICK_MS = 1_000
@@ -44,9 +46,8 @@ LOCK_TTL_MS = 2_000
 LOCK_KEY = "tq:{fanout}:lock"
 MARKER_KEY = "tq:{fanout}:ticked"
 MARKER_TTL_MS = 10 * 60_000  # outlives any run; it only has to bridge a hand-over
-# Due members one trigger invocation is expected to send within about a second (DynamoDB claim,
-# SQS batches of 10, record); the trigger should lease at most this many per invocation.
-PER_TRIGGER = 500
+# One trigger invocation per this many due members of a bucket: what a trigger leases per round.
+PER_TRIGGER = BATCH_LIMIT
 # Concurrent async invokes per tick: an Event invoke returns in ~10-50 ms, so 16 workers issue
 # several hundred a second.
 INVOKE_WORKERS = 16

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from pynamodb.attributes import (
     NumberAttribute,
@@ -31,6 +31,7 @@ from timers.config import Settings
 from timers.core.errors import ConcurrentUpdate
 from timers.core.schedule import schedule_from_dict, schedule_to_dict
 from timers.core.timer import Timer
+from timers.core.timer import fire_id as timer_fire_id
 from timers.core.times import from_ms
 
 # ---------------------------------------------------------------- models
@@ -212,6 +213,16 @@ class TimerStore:
                 raise ConcurrentUpdate("the timer was changed concurrently; retry") from exc
             raise
 
+    def get_many(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], Timer]:
+        """Consistent batch read of (tenant, timer id) keys; missing timers are absent."""
+        wanted = set(keys)  # BatchGetItem rejects duplicate keys
+        if not wanted:
+            return {}
+        return {
+            (item.tenant, item.timer_id): _to_timer(item)
+            for item in TimerItem.batch_get(wanted, consistent_read=True)
+        }
+
     def list(
         self, tenant: str, status: str | None, limit: int, after_id: str | None
     ) -> tuple[list[Timer], str | None]:
@@ -273,6 +284,79 @@ class FireStore:
         fires = [_to_fire(item) for item in results]
         more = results.last_evaluated_key is not None and len(fires) == limit
         return fires, (fires[-1].scheduled_ms if more and fires else None)
+
+
+# The trigger's side of a fire: one conditional write claims it before the send, a second one
+# (valid only while the claim is still ours) records the outcome.
+
+Claim = Literal["claimed", "done", "held"]
+"""claimed: ours to send; done: already enqueued or failed; held: another live claimant has it."""
+
+
+class FireClaims:
+    """Claim and record fires for the trigger (conditional writes on the fires table)."""
+
+    def __init__(self, retention_days: int) -> None:
+        self.retention_days = retention_days
+
+    def claim(
+        self, tenant: str, timer_id: str, fire_ms: int, owner: str, now_ms: int, claim_ms: int
+    ) -> Claim:
+        """Create the fire as ``pending`` under ``owner`` for ``claim_ms``, or take over a
+        pending claim that has expired (its claimant died: the fire is re-sent, not lost)."""
+        fire_id = timer_fire_id(timer_id, fire_ms)
+        free = FireItem.fire_id.does_not_exist() | (
+            (FireItem.status == "pending") & (FireItem.claim_until_ms < now_ms)
+        )
+        try:
+            FireItem(fire_id).update(
+                actions=[
+                    FireItem.timer_key.set(timer_key(tenant, timer_id)),
+                    FireItem.scheduled_ms.set(fire_ms),
+                    FireItem.status.set("pending"),
+                    FireItem.claim_owner.set(owner),
+                    FireItem.claim_until_ms.set(now_ms + claim_ms),
+                    FireItem.attempts.add(1),
+                    FireItem.expires_at.set(fire_expiry(now_ms, self.retention_days)),
+                ],
+                condition=free,
+            )
+            return "claimed"
+        except UpdateError as exc:
+            if not _conditional_failed(exc):
+                raise
+        try:
+            existing = FireItem.get(fire_id, consistent_read=True)
+        except FireItem.DoesNotExist:
+            return "held"  # vanished (TTL) between the two calls: let the next lease decide
+        return "held" if existing.status == "pending" else "done"
+
+    def record_enqueued(self, fire_id: str, owner: str, enqueued_ms: int, lag_ms: int) -> bool:
+        return self._record(
+            fire_id,
+            owner,
+            [
+                FireItem.status.set("enqueued"),
+                FireItem.enqueued_ms.set(enqueued_ms),
+                FireItem.lag_ms.set(lag_ms),
+            ],
+        )
+
+    def record_failed(self, fire_id: str, owner: str, reason: str) -> bool:
+        return self._record(
+            fire_id, owner, [FireItem.status.set("failed"), FireItem.reason.set(reason[:1000])]
+        )
+
+    def _record(self, fire_id: str, owner: str, actions: list[Any]) -> bool:
+        """Write the outcome only while the claim is ours; False if another claimant took over
+        (it records the outcome itself)."""
+        try:
+            FireItem(fire_id).update(actions=actions, condition=FireItem.claim_owner == owner)
+            return True
+        except UpdateError as exc:
+            if _conditional_failed(exc):
+                return False
+            raise
 
 
 def fire_expiry(now_ms: int, retention_days: int) -> datetime:

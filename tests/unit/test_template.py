@@ -1,0 +1,85 @@
+"""template.yaml and the code must agree: handlers exist, tables match the models, env is complete.
+
+`sam build` happily builds a function whose CodeUri is missing, so this is where it is caught.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import fields
+from typing import Any
+
+import pytest
+from pynamodb.models import Model
+
+from ops import template
+from timers import store, tenants
+from timers.config import Settings
+
+FUNCTIONS = template.resources("AWS::Serverless::Function")
+TABLES = template.resources("AWS::DynamoDB::Table")
+
+
+@pytest.mark.parametrize("logical_id", sorted(FUNCTIONS))
+def test_every_function_has_its_handler(logical_id: str) -> None:
+    props = FUNCTIONS[logical_id]
+    module_name, attr = props["Handler"].rsplit(".", 1)
+    package = props["CodeUri"].replace("/", ".")
+    module = importlib.import_module(f"{package}.{module_name}")
+    assert callable(getattr(module, attr))
+
+
+def _keys(schema: list[dict[str, str]]) -> dict[str, str]:
+    return {k["KeyType"]: k["AttributeName"] for k in schema}
+
+
+def _model_keys(model: type[Model]) -> dict[str, str]:
+    keys = {}
+    for name, attr in model.get_attributes().items():
+        if attr.is_hash_key:
+            keys["HASH"] = name
+        if attr.is_range_key:
+            keys["RANGE"] = name
+    return keys
+
+
+@pytest.mark.parametrize(
+    ("logical_id", "model"),
+    [
+        ("TimersTable", store.TimerItem),
+        ("FiresTable", store.FireItem),
+        ("IdempotencyTable", store.IdempotencyItem),
+        ("TenantsTable", tenants.TenantItem),
+        ("TenantsTable", tenants.ApiKeyItem),
+    ],
+)
+def test_models_match_the_tables(logical_id: str, model: type[Model]) -> None:
+    props: dict[str, Any] = TABLES[logical_id]
+    assert _model_keys(model) == _keys(props["KeySchema"])
+    indexes = {i["IndexName"]: i for i in props.get("GlobalSecondaryIndexes", [])}
+    model_indexes = {
+        index.Meta.index_name: index
+        for index in vars(model).values()
+        if hasattr(index, "Meta") and hasattr(index.Meta, "index_name")
+    }
+    assert set(model_indexes) == set(indexes)
+    for name, index in model_indexes.items():
+        declared = {
+            ("RANGE" if attr.is_range_key else "HASH"): attr.attr_name
+            for attr in index.Meta.attributes.values()
+        }
+        assert declared == _keys(indexes[name]["KeySchema"])
+        assert (
+            index.Meta.projection.projection_type == indexes[name]["Projection"]["ProjectionType"]
+        )
+    ttl = props.get("TimeToLiveSpecification", {}).get("AttributeName")
+    if ttl:
+        assert ttl in model.get_attributes()
+
+
+def test_every_setting_is_configured_by_the_template() -> None:
+    doc = template.load()
+    env = dict(doc["Globals"]["Function"]["Environment"]["Variables"])
+    for props in FUNCTIONS.values():
+        env.update(props.get("Environment", {}).get("Variables", {}))
+    assert {f.name.upper() for f in fields(Settings)} <= set(env)
