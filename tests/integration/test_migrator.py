@@ -235,6 +235,52 @@ def test_a_flushed_redis_is_rebuilt_by_one_run(api: Api) -> None:
     assert set(indexed(api)) == {cursor_member(api, i) for i in ids}
 
 
+@pytest.mark.parametrize("crash_at", ["read", "add", "save position"])
+def test_a_run_that_dies_midway_is_completed_by_the_next(api: Api, crash_at: str) -> None:
+    """Crash injected between the steps of a shard (read -> add -> save position)."""
+    ids = [create_at(api, T0 + HOUR_MS + i * 1000) for i in range(40)]
+    api.clock.now = T0 + HOUR_MS
+    victim = due_shard(ids[0], SETTINGS.due_shards)
+    healthy = deps_for(api, budget=SETTINGS.due_shards * 2)  # tiny budget: positions matter
+
+    class Crash(Exception):
+        pass
+
+    def read_page(shard: str, until: int, limit: int, start: StartKey | None) -> DuePage:
+        if shard == victim and crash_at == "read":
+            raise Crash
+        return healthy.read_page(shard, until, limit, start)
+
+    class DyingIndex:
+        bucket_count = SETTINGS.bucket_count
+
+        def add(self, items: Iterable[tuple[str, str, int]]) -> int:
+            items = list(items)
+            if crash_at == "add" and any(
+                due_shard(i[1], SETTINGS.due_shards) == victim for i in items
+            ):
+                raise Crash
+            return healthy.index.add(items)
+
+    class DyingPositions(ResumePositions):
+        def put(self, shard: str, position: StartKey | None) -> None:
+            if shard == victim and crash_at == "save position":
+                raise Crash
+            super().put(shard, position)
+
+    dying = replace(
+        healthy,
+        read_page=read_page,
+        index=DyingIndex(),
+        positions=DyingPositions(api.runtime.redis),
+    )
+    with pytest.raises(Crash):
+        run_migrator(dying, api.clock())
+    for _ in range(40):  # the following runs, healthy again, reach every cursor
+        run_migrator(healthy, api.clock())
+    assert set(indexed(api)) == {cursor_member(api, i) for i in ids}
+
+
 def test_a_member_in_flight_at_a_trigger_is_not_re_added(api: Api) -> None:
     timer_id = create_at(api, T0 + HOUR_MS)
     api.clock.now = T0 + HOUR_MS + 1_000
