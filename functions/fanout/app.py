@@ -8,7 +8,7 @@ from functools import cache
 from typing import Any
 
 import boto3
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
@@ -27,6 +27,7 @@ from timers.runtime import redis_client, wall_clock_ms
 
 logger = Logger()
 metrics = Metrics()
+tracer = Tracer()
 
 # Async invokes return at once; short timeouts and one retry keep a slow API from stalling a
 # tick past the lock TTL (work not invoked now stays due for the next tick).
@@ -55,6 +56,7 @@ def deps() -> FanoutDeps:
 
 
 @logger.inject_lambda_context
+@tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
     d = deps()

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from functools import cache
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
@@ -19,6 +19,7 @@ from timers.runtime import redis_client, wall_clock_ms
 
 logger = Logger()
 metrics = Metrics()
+tracer = Tracer()
 
 
 @cache
@@ -40,6 +41,7 @@ def clock() -> int:
 
 
 @logger.inject_lambda_context
+@tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     report: MigrationReport = run_migrator(deps(), clock())

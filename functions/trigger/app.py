@@ -12,7 +12,7 @@ from functools import cache
 from typing import Any
 
 import boto3
-from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
@@ -32,6 +32,7 @@ from timers.store import FireClaims, TimerStore, bind_tables
 
 logger = Logger()
 metrics = Metrics()
+tracer = Tracer()
 
 # The trigger retries SQS itself (bounded, with backoff, then records the fire failed), so the
 # client fails fast instead of stacking botocore's retries on top; one connection per lane.
@@ -95,6 +96,7 @@ def emit_metrics(report: TriggerReport, invoke_delay_ms: int | None) -> None:
 
 
 @logger.inject_lambda_context
+@tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     request = TriggerEvent.parse(event)
