@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -408,10 +408,3 @@ class IdempotencyStore:
             actions=[IdempotencyItem.state.set("done"), IdempotencyItem.response.set(response)]
         )
 
-
-def iter_due(shard: str, until_ms: int, page_size: int = 500) -> Iterator[tuple[str, str, int]]:
-    """(tenant, timer id, next fire) of active timers due by ``until_ms`` in a shard, oldest 1st."""
-    for item in TimerItem.due_index.query(
-        shard, range_key_condition=TimerItem.next_fire_ms <= until_ms, page_size=page_size
-    ):
-        yield item.tenant, item.timer_id, int(item.next_fire_ms)
