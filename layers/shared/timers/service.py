@@ -9,7 +9,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from timers.core import timer as timers
 from timers.core.errors import (
@@ -205,32 +205,32 @@ class TimerService:
 
     def _view_after_write(self, before: Timer | None, after: Timer) -> dict[str, Any]:
         """Keep Redis in step with a write; DynamoDB stays the truth if Redis is unreachable."""
-        if (
-            before is not None
-            and before.is_due_indexed
-            and (not after.is_due_indexed or before.next_fire_ms != after.next_fire_ms)
-        ):
-            self._unindex(before)
-        if after.is_due_indexed and self.index is not None:
-            due = after.next_fire_ms
-            assert due is not None
-            if due <= self.clock() + self.lookahead_ms:
-                _best_effort("add", lambda: self.index.add([(after.tenant, after.id, due)]))  # type: ignore[union-attr]
+        if before is not None and _occurrence(before) != _occurrence(after):
+            self._sync("remove", before)
+        due = _occurrence(after)
+        if due is not None and due[2] <= self.clock() + self.lookahead_ms:
+            self._sync("add", after)
         return timer_view(after)
 
     def _unindex(self, timer: Timer) -> None:
-        if self.index is not None and timer.next_fire_ms is not None:
-            due = timer.next_fire_ms
-            _best_effort("remove", lambda: self.index.remove([(timer.tenant, timer.id, due)]))  # type: ignore[union-attr]
+        self._sync("remove", timer)
+
+    def _sync(self, action: Literal["add", "remove"], timer: Timer) -> None:
+        occurrence = _occurrence(timer)
+        if self.index is None or occurrence is None:
+            return
+        apply = self.index.add if action == "add" else self.index.remove
+        try:
+            apply([occurrence])
+        except Exception:  # the migrator rebuilds Redis from DynamoDB; this only costs latency
+            log.warning("fast path %s failed; the migrator will catch up", action, exc_info=True)
 
 
-def _best_effort(what: str, call: Callable[[], object]) -> None:
-    try:
-        call()
-    except (
-        Exception
-    ):  # the migrator rebuilds Redis from DynamoDB; a failure here only costs latency
-        log.warning("fast path %s failed; the migrator will catch up", what, exc_info=True)
+def _occurrence(timer: Timer) -> Occurrence | None:
+    """The Redis member a timer should have, if any."""
+    if not timer.is_due_indexed or timer.next_fire_ms is None:
+        return None
+    return (timer.tenant, timer.id, timer.next_fire_ms)
 
 
 def _retry_on_conflict(attempt: Callable[[], T]) -> T:

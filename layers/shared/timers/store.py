@@ -407,4 +407,3 @@ class IdempotencyStore:
         IdempotencyItem(f"{tenant}|{key}").update(
             actions=[IdempotencyItem.state.set("done"), IdempotencyItem.response.set(response)]
         )
-
