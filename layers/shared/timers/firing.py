@@ -42,14 +42,14 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from timers.core.errors import ConcurrentUpdate
-from timers.core.schedule import catch_up, next_fire
-from timers.core.timer import Timer, fire_id
+from timers.core.schedule import CatchUp, catch_up
+from timers.core.timer import Timer, advance, fire_id
 from timers.core.times import format_ms
 from timers.redis_index import Leased, parse_member
 from timers.store import Claim, FireClaims, TimerStore
@@ -141,39 +141,29 @@ PERMANENT_SQS_ERRORS = frozenset(
 # ---------------------------------------------------------------- pure decisions
 
 
-@dataclass(frozen=True)
-class Decision:
-    fire_ms: int | None  # the occurrence to fire now; None: skipped by the misfire policy
-    next_cursor_ms: int | None  # the occurrence to wait for afterwards (before max_fires)
-
-
 def is_current(timer: Timer | None, due_ms: int) -> bool:
     """A member may fire only while its timer is active and still waits for exactly this
     occurrence: cancelled, paused, rescheduled or already advanced timers drop it."""
     return timer is not None and timer.status == "active" and timer.next_fire_ms == due_ms
 
 
-def decide(timer: Timer, due_ms: int, now_ms: int, grace_ms: int = MISFIRE_GRACE_MS) -> Decision:
-    """What to fire for the due cursor ``due_ms`` at ``now_ms`` (never an occurrence > now)."""
+def decide(timer: Timer, due_ms: int, now_ms: int, grace_ms: int = MISFIRE_GRACE_MS) -> CatchUp:
+    """What to fire for the due cursor ``due_ms`` at ``now_ms`` (never an occurrence > now);
+    ``fire_ms`` None means the misfire policy skipped it."""
     if due_ms > now_ms:
         raise ValueError(f"occurrence {due_ms} is not due at {now_ms}: never fire early")
-    plan = catch_up(timer.plan, due_ms, now_ms, timer.misfire, grace_ms)
-    assert plan.fire_ms is None or plan.fire_ms <= now_ms
-    return Decision(plan.fire_ms, plan.next_cursor_ms)
+    decision = catch_up(timer.plan, due_ms, now_ms, timer.misfire, grace_ms)
+    assert decision.fire_ms is None or decision.fire_ms <= now_ms
+    return decision
 
 
 def advanced(timer: Timer, fire_ms: int | None, now_ms: int) -> Timer:
     """The timer after its cursor was handled: fired at ``fire_ms``, or skipped (None).
 
-    The next cursor comes from the schedule (no drift). A timer with nothing left (one-shot,
-    ``end_at`` passed, ``max_fires`` reached) is completed and leaves the due index. A failed
-    fire counts like an enqueued one: the occurrence was used up, its failure is on record.
+    A failed fire counts like an enqueued one: the occurrence was used up, its failure is on
+    record. The completion rule is the core's (:func:`timers.core.timer.advance`).
     """
-    fires = timer.fire_count + (0 if fire_ms is None else 1)
-    upcoming = next_fire(timer.plan, now_ms if fire_ms is None else fire_ms)
-    if upcoming is None or (timer.max_fires is not None and fires >= timer.max_fires):
-        return replace(timer, fire_count=fires, next_fire_ms=None, status="completed")
-    return replace(timer, fire_count=fires, next_fire_ms=upcoming)
+    return advance(timer, fire_ms, now_ms)
 
 
 ON_TIME_MS = 100
@@ -286,7 +276,7 @@ class FireJob:
     member: str
     timer: Timer
     due_ms: int  # the cursor the member stood for
-    decision: Decision
+    decision: CatchUp
     claim: Claim | None = None
     fired_ms: int = 0
     enqueued_ms: int | None = None

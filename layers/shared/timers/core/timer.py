@@ -182,3 +182,13 @@ def resume(timer: Timer, now_ms: int) -> Timer:
     decision = catch_up(timer.plan, cursor, now_ms, timer.misfire, grace_ms=0)
     upcoming = decision.fire_ms if decision.fire_ms is not None else decision.next_cursor_ms
     return _settle(resumed, upcoming)
+
+
+def advance(timer: Timer, fire_ms: int | None, now_ms: int) -> Timer:
+    """Move the cursor past an occurrence that fired at ``fire_ms`` (or was skipped: None).
+
+    The next cursor comes from the schedule, never from when the fire happened (no drift).
+    """
+    fire_count = timer.fire_count + (0 if fire_ms is None else 1)
+    upcoming = next_fire(timer.plan, now_ms if fire_ms is None else fire_ms)
+    return _settle(replace(timer, fire_count=fire_count), upcoming)
