@@ -19,6 +19,7 @@ import redis
 
 from tests.conftest import T0, FakeClock
 from tests.integration.api_harness import SETTINGS, Api, make_api
+from tests.support.callbacks import drain
 from timers.core.times import parse_ms
 from timers.fanout import Fanout, FanoutDeps
 from timers.firing import TriggerDeps, run_trigger
@@ -80,25 +81,7 @@ class World:
         while self.invoked:
             run_trigger(self.trigger, self.invoked.pop(0))
         for url in self.api.queues.values():
-            self.received += self._drain(url)
-
-    def _drain(self, url: str) -> list[dict[str, Any]]:
-        bodies = []
-        while batch := self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get(
-            "Messages", []
-        ):
-            for message in batch:
-                body = json.loads(message["Body"])
-                # never early, and never "fired" in the future of the clock
-                assert parse_ms(body["scheduled_at"]) <= parse_ms(body["fired_at"]) <= self.clock()
-                bodies.append(body)
-            self.sqs.delete_message_batch(
-                QueueUrl=url,
-                Entries=[
-                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(batch)
-                ],
-            )
-        return bodies
+            self.received += drain(self.sqs, url, self.clock())
 
     def fires_of(self, timer_id: str) -> Counter[int]:
         return Counter(

@@ -33,6 +33,7 @@ from botocore.exceptions import ClientError
 from functions.trigger import app as trigger_app
 from tests.conftest import T0, FakeClock
 from tests.integration.api_harness import SETTINGS, Api, make_api
+from tests.support.callbacks import drain
 from tests.support.lambda_context import LambdaContext
 from timers import tenants
 from timers.core import timer as timers
@@ -55,7 +56,6 @@ from timers.store import FireClaims, TimerStore
 pytestmark = pytest.mark.integration
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
-BODY_FIELDS = {"fire_id", "timer_id", "tenant", "name", "scheduled_at", "fired_at", "payload"}
 
 
 class Crash(Exception):
@@ -105,34 +105,7 @@ class Rig:
 
     def drain(self, queue_url: str) -> list[dict[str, Any]]:
         """Every message on the queue (deleted as read); asserts the contract and never-early."""
-        bodies: list[dict[str, Any]] = []
-        while True:
-            got = self.sqs.receive_message(
-                QueueUrl=queue_url,
-                MaxNumberOfMessages=10,
-                MessageAttributeNames=["All"],
-                AttributeNames=["All"],
-            ).get("Messages", [])
-            if not got:
-                return bodies
-            for message in got:
-                body = json.loads(message["Body"])
-                assert set(body) == BODY_FIELDS
-                assert message["MessageAttributes"]["fire_id"] == {
-                    "DataType": "String",
-                    "StringValue": body["fire_id"],
-                }
-                scheduled, fired = parse_ms(body["scheduled_at"]), parse_ms(body["fired_at"])
-                assert body["fire_id"] == f"{body['timer_id']}:{scheduled}"
-                assert scheduled <= fired <= self.clock(), "a callback was sent early"
-                body["_attributes"] = message.get("Attributes", {})
-                bodies.append(body)
-            self.sqs.delete_message_batch(
-                QueueUrl=queue_url,
-                Entries=[
-                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)
-                ],
-            )
+        return drain(self.sqs, queue_url, self.clock())
 
     def fires(self, timer_id: str, tenant: str = "acme") -> list[dict[str, Any]]:
         reply = self.api.call("GET", f"/v1/timers/{timer_id}/fires", tenant=tenant)
