@@ -220,17 +220,20 @@ def openapi_document() -> str:
 # ---------------------------------------------------------------- entry point
 
 
-def _body_size(event: dict[str, Any]) -> int:
+def _raw_body(event: dict[str, Any]) -> bytes:
     body = event.get("body") or ""
-    if event.get("isBase64Encoded"):
-        return len(base64.b64decode(body))
-    return len(body.encode())
+    return base64.b64decode(body) if event.get("isBase64Encoded") else body.encode()
 
 
 def _preflight(event: dict[str, Any]) -> Response[Any] | None:
-    """Checks that come before routing and body validation: size, key, rate."""
-    if _body_size(event) > BODY_LIMIT_BYTES:
+    """Checks that come before routing and body validation: size, encoding, key, rate."""
+    raw = _raw_body(event)
+    if len(raw) > BODY_LIMIT_BYTES:
         return domain_error(PayloadTooLarge(f"request body is over {BODY_LIMIT_BYTES} bytes"))
+    try:
+        raw.decode()
+    except UnicodeDecodeError:  # JSON is UTF-8; anything else is malformed, not a crash
+        return domain_error(m.InvalidInput("malformed JSON", [FieldError("body", "not UTF-8")]))
     if event.get("resource") in PUBLIC_RESOURCES or event.get("path") in PUBLIC_RESOURCES:
         return None
     headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}

@@ -196,6 +196,13 @@ def test_base64_encoded_body_is_accepted(api: Api) -> None:
     assert api.send(event).status == 201
 
 
+def test_a_body_that_is_not_utf8_is_400_not_a_crash(api: Api) -> None:
+    reply = api.call("POST", "/v1/timers", raw_body=b"\xff\xfe{}")
+    assert (reply.status, reply.error_code) == (400, "validation_error")
+    assert reply.error_fields == {"body"}
+    assert timer_count(api) == 0
+
+
 def test_payload_over_64_kib_is_413(api: Api) -> None:
     reply = api.call("POST", "/v1/timers", body=bad(payload="x" * (64 * 1024)))
     assert reply.status == 413
