@@ -7,9 +7,10 @@
     queue disallow NAME QUEUE_URL        take that back
     tenant show NAME                     print the tenant
 
-The target is the local stack (``ENV=local``, default; ``AWS_PORT``, default 4566) or the
-deployed stack named in samconfig.toml (``ENV=aws``), whose outputs name the tables. Every
-command prints one JSON object as its last stdout line. Keys are printed once and stored hashed.
+The target is the local stack (``ENV=local``, default: the running ``make run``, else
+``AWS_PORT``, default 4566) or the deployed stack named in samconfig.toml (``ENV=aws``), whose
+outputs name the tables. Every command prints one JSON object as its last stdout line. Keys are
+stored hashed; only the local stack's demo key can be printed again (``tenant create demo``).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import sys
 import time
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
 
+from ops.local import state as local_state
 from ops.template import ROOT, local_settings
 from timers import tenants
 from timers.config import Settings
@@ -38,15 +40,22 @@ LOCAL_SETTINGS = local_settings()
 class Target:
     settings: Settings
     sqs: Any
+    known_keys: dict[str, str] = field(default_factory=dict)  # tenant -> a key we may reprint
 
 
 def local_target() -> Target:
-    endpoint = f"http://127.0.0.1:{os.environ.get('AWS_PORT', '4566')}"
+    running = local_state.read()
+    if os.environ.get("AWS_PORT") or running is None:
+        endpoint = f"http://127.0.0.1:{os.environ.get('AWS_PORT', '4566')}"
+    else:
+        endpoint = running["aws_endpoint"]
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     os.environ["AWS_ENDPOINT_URL"] = endpoint  # pynamodb and boto3 both honour it
-    return Target(LOCAL_SETTINGS, boto3.client("sqs"))
+    demo = running["demo"] if running and running["aws_endpoint"] == endpoint else None
+    known = {demo["tenant"]: demo["api_key"]} if demo else {}
+    return Target(LOCAL_SETTINGS, boto3.client("sqs"), known)
 
 
 def aws_target() -> Target:
@@ -78,6 +87,7 @@ def now_ms() -> int:
 def create_tenant(target: Target, name: str, api_key: str | None = None) -> dict[str, Any]:
     """Create (or complete) a tenant: its callback queue, its record and a key. Idempotent."""
     tenants.validate_name(name)
+    tenants.bind_tables(target.settings)
     queue = target.sqs.create_queue(QueueName=f"{target.settings.tenant_queue_prefix}{name}")
     tenant = tenants.put_tenant(name, queue["QueueUrl"], now_ms())
     key = tenants.add_key(name, now_ms(), api_key)
@@ -89,7 +99,8 @@ def run(target: Target, argv: Sequence[str]) -> dict[str, Any]:
     tenants.bind_tables(target.settings)
     match (args.noun, args.verb):
         case ("tenant", "create"):
-            return create_tenant(target, args.name, args.api_key)
+            key = args.api_key or target.known_keys.get(args.name)
+            return create_tenant(target, args.name, key)
         case ("tenant", "show"):
             tenant = tenants.get_tenant(args.name)
             if tenant is None:

@@ -1,4 +1,4 @@
-"""A throwaway real redis-server for tests and the local runtime (never fakeredis).
+"""A real redis-server for the tests and the local stack (never fakeredis).
 
 ``start_redis()`` uses the server ``REDIS_URL`` names if set; otherwise it starts
 ``redis-server`` on a free 127.0.0.1 port with persistence off and waits until it answers PING.
@@ -79,17 +79,31 @@ class RedisServer:
         self._workdir = workdir
 
     @classmethod
-    def start(cls, binary: str | None = None, *, cluster: bool = False) -> RedisServer:
-        """Start a server on a free port. ``cluster=True`` makes it a one-node cluster that owns
-        every slot, so cluster-mode rules (CROSSSLOT) apply as on ElastiCache cluster mode."""
+    def start(
+        cls,
+        binary: str | None = None,
+        *,
+        cluster: bool = False,
+        port: int | None = None,
+        new_session: bool = False,
+    ) -> RedisServer:
+        """Start a server on ``port`` (default: a free one). ``cluster=True`` makes it a one-node
+        cluster that owns every slot, so cluster-mode rules (CROSSSLOT) apply as on ElastiCache
+        cluster mode. ``new_session`` keeps a terminal's Ctrl-C away from it, so its owner
+        decides when it stops."""
         binary = binary or find_redis_server()
-        workdir = tempfile.TemporaryDirectory(prefix="redis-test-")
-        port = _free_port(cluster)  # tiny race with other processes; start() fails loudly if lost
+        workdir = tempfile.TemporaryDirectory(prefix="redis-")
+        port = port or _free_port(cluster)  # a lost race with another process fails loudly
         args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
         args += ["--appendonly", "no", "--dir", workdir.name, "--logfile", "redis.log"]
         if cluster:
             args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
-        process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            start_new_session=new_session,
+        )
         server = cls(f"redis://127.0.0.1:{port}/0", process, workdir)
         try:
             server._wait_ready()

@@ -84,6 +84,19 @@ def create_tables(dynamodb: Any, names: dict[str, str] | None = None) -> None:
             )
 
 
+def create_queues(sqs: Any) -> None:
+    """Create every SQS queue of the template, named by its logical id (as the local stack's
+    template resolver assumes), through a boto3 SQS client."""
+    for logical_id, props in resources("AWS::SQS::Queue").items():
+        attributes = {
+            key: str(props[key]).lower() if isinstance(props[key], bool) else str(props[key])
+            for key in ("FifoQueue", "VisibilityTimeout", "MessageRetentionPeriod", "DelaySeconds")
+            if key in props
+        }
+        name = logical_id + (".fifo" if props.get("FifoQueue") else "")
+        sqs.create_queue(QueueName=name, Attributes=attributes)
+
+
 TABLE_SETTINGS = {
     "TimersTable": "timers_table",
     "FiresTable": "fires_table",

@@ -11,10 +11,10 @@ import pytest
 import redis
 
 from functions.api import app as api_app
+from ops.local.context import LambdaContext
 from ops.template import local_settings
 from tests.conftest import FakeClock
 from tests.support import apigw
-from tests.support.lambda_context import LambdaContext
 from timers import tenants
 from timers.runtime import Runtime, build_runtime
 

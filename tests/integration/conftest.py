@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from tests.support.redis_server import RedisServer, start_redis
+from ops.redis_server import RedisServer, start_redis
 
 
 @pytest.fixture(scope="session")

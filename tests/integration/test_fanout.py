@@ -19,8 +19,8 @@ import pytest
 import redis
 
 from functions.fanout import app as fanout_app
+from ops.local.context import LambdaContext
 from tests.conftest import T0, FakeClock
-from tests.support.lambda_context import LambdaContext
 from timers.fanout import (
     LOCK_KEY,
     LOCK_TTL_MS,

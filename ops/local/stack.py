@@ -1,0 +1,324 @@
+"""The whole service on one machine: ``python -m ops.local`` (``make run``).
+
+Starts, in order: a redis-server, a moto server with the template's tables and queues, a
+sandbox pool per template function, the HTTP gateway (Api routes + Lambda Invoke), the demo
+tenant, then the template's schedules. Prints the four ready lines and runs until Ctrl-C.
+Anything that fails - a busy port, a missing piece, a component that dies - stops everything
+with one line naming the cause and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from ops import admin, template
+from ops.local import state
+from ops.local.gateway import Gateway
+from ops.local.lambdas import FunctionPool, sandbox_env
+from ops.local.schedules import Scheduler, scheduled_event
+from ops.local.spec import ScheduleSpec, StackSpec, TemplateError, load_stack
+from ops.redis_server import RedisServer, find_redis_server
+
+DEMO_TENANT = "demo"
+START_TIMEOUT_S = 60.0
+WATCH_INTERVAL_S = 0.2
+# Credentials are required by botocore and ignored by moto.
+LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+
+
+class StackError(Exception):
+    """Why the stack cannot start or had to stop, in one line."""
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    api_port: int = 3000
+    aws_port: int = 4566
+    redis_port: int = 6390
+    demo_api_key: str | None = None
+    concurrency: int = 4  # sandboxes per function; the trigger's are what bursts use
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> LocalConfig:
+        def number(name: str, default: int, low: int = 1, high: int = 65535) -> int:
+            raw = env.get(name) or str(default)
+            if not raw.isdigit() or not low <= int(raw) <= high:
+                raise StackError(f"{name}={raw!r} is not a number from {low} to {high}")
+            return int(raw)
+
+        config = cls(
+            api_port=number("API_PORT", 3000),
+            aws_port=number("AWS_PORT", 4566),
+            redis_port=number("REDIS_PORT", 6390),
+            demo_api_key=env.get("TIMERS_DEMO_API_KEY") or None,
+            concurrency=number("LOCAL_LAMBDA_CONCURRENCY", 4, high=64),
+        )
+        if len({config.api_port, config.aws_port, config.redis_port}) < 3:
+            raise StackError("API_PORT, AWS_PORT and REDIS_PORT must be three different ports")
+        return config
+
+    @property
+    def aws_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.aws_port}"
+
+    @property
+    def api_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def redis_url(self) -> str:
+        return f"redis://127.0.0.1:{self.redis_port}/0"
+
+
+def require_free(port: int, name: str) -> None:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            raise StackError(f"port {port} ({name}) is already in use") from None
+
+
+class LocalStack:
+    def __init__(self, config: LocalConfig, say: Callable[[str], None]) -> None:
+        self.config = config
+        self.say = say
+        self.logs = state.state_dir() / "logs"
+        self.redis: RedisServer | None = None
+        self.moto: subprocess.Popen[bytes] | None = None
+        self.pools: dict[str, FunctionPool] = {}
+        self.gateway: Gateway | None = None
+        self.gateway_thread: threading.Thread | None = None
+        self.scheduler: Scheduler | None = None
+        self.demo: dict[str, Any] = {}
+        self._aws = boto3.Session()
+
+    # ------------------------------------------------------------------ start
+    def start(self) -> None:
+        c = self.config
+        require_free(c.api_port, "API_PORT")
+        require_free(c.aws_port, "AWS_PORT")
+        require_free(c.redis_port, "REDIS_PORT")
+        spec = self._read_template()
+        # This process talks to moto too (tables, the demo tenant), in the stack's region.
+        os.environ.update(AWS_DEFAULT_REGION=spec.region, AWS_ENDPOINT_URL=c.aws_endpoint)
+        for name, value in LOCAL_CREDENTIALS.items():
+            os.environ.setdefault(name, value)  # botocore insists; moto ignores them
+        self._aws = boto3.Session()
+        self.logs.mkdir(parents=True, exist_ok=True)
+        for old in self.logs.glob("*.log"):
+            old.unlink()
+        self._start_redis()
+        self._start_moto(spec)
+        self._start_functions(spec)
+        try:
+            self.gateway = Gateway(c.api_port, spec, self.pools, self.say)
+        except OSError as exc:
+            raise StackError(f"port {c.api_port} (API_PORT): {exc.strerror}") from None
+        self.gateway_thread = self.gateway.serve_in_background()
+        self.demo = self._ensure_demo_tenant()
+        self.scheduler = Scheduler(spec.schedules, self._fire_schedule(spec))
+        self.scheduler.start()
+        state.write(
+            {
+                "pid": os.getpid(),
+                "api_url": f"{c.api_endpoint}/v1",
+                "aws_endpoint": c.aws_endpoint,
+                "redis_url": c.redis_url,
+                "demo": self.demo,
+            }
+        )
+
+    def ready_lines(self) -> list[str]:
+        return [
+            f"API: {self.config.api_endpoint}/v1",
+            f"AWS endpoint: {self.config.aws_endpoint}",
+            f"Tenant demo API key: {self.demo['api_key']}",
+            f"Tenant demo callback queue: {self.demo['callback_queue_url']}",
+        ]
+
+    def _runtime_env(self) -> dict[str, str]:
+        """What every sandbox gets besides its template environment: where AWS is."""
+        return {
+            "AWS_ENDPOINT_URL": self.config.aws_endpoint,
+            "AWS_ENDPOINT_URL_LAMBDA": self.config.api_endpoint,
+            "AWS_SAM_LOCAL": "true",  # as `sam local` sets it: powertools skips X-Ray
+            **LOCAL_CREDENTIALS,
+        }
+
+    def _read_template(self) -> StackSpec:
+        # The local stack stands in for ElastiCache with a plain, non-cluster redis-server.
+        endpoints = {"REDIS_URL": self.config.redis_url, "REDIS_CLUSTER": "false"}
+        try:
+            return load_stack(endpoints, aws_endpoint=self.config.aws_endpoint)
+        except (TemplateError, OSError) as exc:
+            raise StackError(f"template.yaml: {exc}") from None
+
+    def _start_redis(self) -> None:
+        try:
+            binary = find_redis_server()
+        except FileNotFoundError as exc:
+            raise StackError(f"missing dependency: {exc}") from None
+        try:
+            self.redis = RedisServer.start(binary, port=self.config.redis_port, new_session=True)
+        except (RuntimeError, TimeoutError, OSError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise StackError(f"redis-server failed to start: {first}") from None
+
+    def _start_moto(self, spec: StackSpec) -> None:
+        for module in ("moto.server", "flask", "flask_cors"):
+            if importlib.util.find_spec(module) is None:
+                raise StackError(
+                    f"missing dependency: {module} (pip install 'moto[server]'; make run does)"
+                )
+        log = (self.logs / "moto.log").open("ab")
+        self.moto = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "moto.server",
+                "-H",
+                "127.0.0.1",
+                "-p",
+                str(self.config.aws_port),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # Ctrl-C reaches only us; we stop it in order
+        )
+        log.close()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _answers(self.config.aws_port):
+            if self.moto.poll() is not None:
+                raise StackError(f"moto server exited at start (code {self.moto.returncode})")
+            if time.monotonic() > deadline:
+                raise StackError(f"moto server not answering after {START_TIMEOUT_S:.0f}s")
+            time.sleep(0.05)
+        config = Config(retries={"max_attempts": 10, "mode": "standard"})
+        endpoint = self.config.aws_endpoint
+        template.create_tables(self._aws.client("dynamodb", endpoint_url=endpoint, config=config))
+        template.create_queues(self._aws.client("sqs", endpoint_url=endpoint, config=config))
+
+    def _start_functions(self, spec: StackSpec) -> None:
+        runtime = self._runtime_env()
+        for name, function in spec.functions.items():
+            env = sandbox_env(function, spec.region, runtime)
+            self.pools[name] = FunctionPool(
+                function, env, self.logs, self.config.concurrency, self.say
+            )
+        with ThreadPoolExecutor(len(self.pools) or 1) as warmers:
+            warmed = warmers.map(FunctionPool.warm, self.pools.values())
+            failures = dict(zip(self.pools, warmed, strict=True))
+        for name, failure in failures.items():
+            if failure is not None:
+                error = failure.error()
+                raise StackError(f"{name} failed to start: {error['errorMessage']}")
+
+    def _ensure_demo_tenant(self) -> dict[str, Any]:
+        sqs = self._aws.client("sqs", endpoint_url=self.config.aws_endpoint)
+        target = admin.Target(admin.LOCAL_SETTINGS, sqs)
+        try:
+            return admin.create_tenant(target, DEMO_TENANT, self.config.demo_api_key)
+        except Exception as exc:
+            message = getattr(exc, "message", None) or str(exc)
+            raise StackError(f"demo tenant: {message}") from None
+
+    def _fire_schedule(self, spec: StackSpec) -> Callable[[ScheduleSpec, float], None]:
+        def fire(schedule: ScheduleSpec, at: float) -> None:
+            self.pools[schedule.function].invoke_async(scheduled_event(schedule, spec.region, at))
+
+        return fire
+
+    # ------------------------------------------------------------------ run, stop
+    def watch(self, stop: threading.Event) -> str | None:
+        """Block until ``stop`` is set (None) or a component dies (the reason)."""
+        while not stop.wait(WATCH_INTERVAL_S):
+            if self.redis and self.redis.process and self.redis.process.poll() is not None:
+                return f"redis-server exited (code {self.redis.process.returncode})"
+            if self.moto and self.moto.poll() is not None:
+                return f"moto server exited (code {self.moto.returncode})"
+            if self.gateway_thread and not self.gateway_thread.is_alive():
+                return "the HTTP gateway stopped"
+            if self.scheduler and not self.scheduler.thread.is_alive():
+                return "the scheduler stopped"
+        return None
+
+    def stop(self) -> None:
+        """Stop everything this stack started, in reverse order; safe to call at any point."""
+        state.remove()
+        if self.scheduler:
+            self.scheduler.stop()
+        if self.gateway:
+            self.gateway.shutdown()
+            self.gateway.server_close()
+        for pool in self.pools.values():
+            pool.close()
+        if self.moto and self.moto.poll() is None:
+            self.moto.terminate()
+            try:
+                self.moto.wait(3)
+            except subprocess.TimeoutExpired:
+                self.moto.kill()
+                self.moto.wait(5)
+        if self.redis:
+            self.redis.stop()
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def main() -> int:
+    stop = threading.Event()
+
+    def say(line: str) -> None:
+        stamp = datetime.now(UTC).strftime("%H:%M:%S.%f")[:-3]
+        print(f"{stamp} {line}", flush=True)
+
+    stack: LocalStack | None = None
+    reason: str | None = None
+    try:
+        stack = LocalStack(LocalConfig.from_env(os.environ), say)
+        stack.start()
+        for line in stack.ready_lines():
+            print(line, flush=True)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+        reason = stack.watch(stop)
+    except StackError as exc:
+        reason = str(exc)
+    except KeyboardInterrupt:  # Ctrl-C while starting
+        reason = None
+    except Exception as exc:
+        state.state_dir().mkdir(parents=True, exist_ok=True)
+        (state.state_dir() / "crash.log").write_text(traceback.format_exc())
+        reason = f"crashed: {type(exc).__name__}: {exc} (traceback in .local/crash.log)"
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop
+        if stack is not None:
+            stack.stop()
+    if reason:
+        print(f"local stack stopped: {reason}", file=sys.stderr, flush=True)
+        return 1
+    print("local stack stopped", flush=True)
+    return 0

@@ -1,0 +1,197 @@
+"""Start ``python -m ops.local`` (what ``make run`` runs) as a user would, on free ports."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ops.template import ROOT
+
+READY_TIMEOUT_S = 180.0  # a cold start of four sandboxes plus moto on a busy 2-core runner
+READY_PREFIXES = (
+    "API: ",
+    "AWS endpoint: ",
+    "Tenant demo API key: ",
+    "Tenant demo callback queue: ",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (Linux /proc)."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = (task / "children").read_text().split()
+            except OSError:
+                continue
+            for child in map(int, children):
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def stack_env(state_dir: Path, **overrides: str) -> dict[str, str]:
+    """The environment of a fresh shell: none of the test suite's AWS or Redis settings."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AWS_", "REDIS_", "TIMERS_", "POWERTOOLS_"))
+    }
+    env.update(
+        API_PORT=str(free_port()),
+        AWS_PORT=str(free_port()),
+        REDIS_PORT=str(free_port()),
+        LOCAL_STATE_DIR=str(state_dir),
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(overrides)
+    return env
+
+
+@dataclass
+class RunningStack:
+    process: subprocess.Popen[str]
+    env: dict[str, str]
+    lines: list[str] = field(default_factory=list)
+    ready: dict[str, str] = field(default_factory=dict)
+    _stdout: queue.Queue[str | None] = field(default_factory=queue.Queue)
+
+    @property
+    def api(self) -> str:
+        return self.ready["API: "]
+
+    @property
+    def aws_endpoint(self) -> str:
+        return self.ready["AWS endpoint: "]
+
+    @property
+    def ports(self) -> list[int]:
+        return [int(self.env[name]) for name in ("API_PORT", "AWS_PORT", "REDIS_PORT")]
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while len(self.ready) < len(READY_PREFIXES):
+            try:
+                line = self._stdout.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"not ready in {READY_TIMEOUT_S}s: {self.lines}") from None
+            if line is None:
+                stderr = self.process.stderr.read() if self.process.stderr else ""
+                raise AssertionError(f"stack exited before ready: {self.lines} {stderr}")
+            for prefix in READY_PREFIXES:
+                if line.startswith(prefix):
+                    self.ready[prefix] = line[len(prefix) :]
+
+    def stop(self, signum: int = signal.SIGINT, timeout: float = 20.0) -> tuple[int, str]:
+        """Send ``signum`` and wait: the exit code and stderr."""
+        if self.process.poll() is None:
+            self.process.send_signal(signum)
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise
+        stderr = self.process.stderr.read() if self.process.stderr else ""
+        return code, stderr
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        key: str | None = None,
+        body: Any = None,
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any, dict[str, str]]:
+        """One HTTP call to the API: status, parsed JSON body (or None), headers."""
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        hdrs = {"Content-Type": "application/json", **(headers or {})}
+        if key:
+            hdrs["x-api-key"] = key
+        req = urllib.request.Request(self.api + path, data=data, method=method, headers=hdrs)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                status, text, got = resp.status, resp.read(), dict(resp.headers)
+        except urllib.error.HTTPError as err:
+            status, text, got = err.code, err.read(), dict(err.headers)
+        return status, (json.loads(text) if text else None), got
+
+
+def start_stack(state_dir: Path, **env: str) -> RunningStack:
+    """Start the stack and return at once (``wait_ready`` waits for the ready lines)."""
+    full_env = stack_env(state_dir, **env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ops.local"],
+        cwd=ROOT,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    stack = RunningStack(process, full_env)
+
+    def pump() -> None:  # read stdout continuously so the stack never blocks on a full pipe
+        assert process.stdout is not None
+        for line in process.stdout:
+            stack.lines.append(line.rstrip("\n"))
+            stack._stdout.put(line.rstrip("\n"))
+        stack._stdout.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return stack
+
+
+def admin(stack: RunningStack, *args: str) -> dict[str, Any]:
+    """``python -m ops.admin ...`` against the stack, as ``make tenant`` runs it."""
+    env = {k: v for k, v in stack.env.items() if k != "AWS_PORT"}  # found via the state file
+    out = subprocess.run(
+        [sys.executable, "-m", "ops.admin", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
