@@ -10,9 +10,11 @@ export AWS_DEFAULT_REGION ?= us-east-1
 PY312 := $(shell command -v pyenv >/dev/null && pyenv versions --bare 2>/dev/null | grep '^3\.12' | tail -1)
 SAM_ENV := $(if $(PY312),PYENV_VERSION=$(PY312))
 
-.PHONY: help venv tools test test-fast lint fmt validate build deploy tenant clean
+.PHONY: help venv tools run demo test lint fmt validate build deploy tenant clean
 
 help:
+	@echo "make run       - the whole service on this machine (API_PORT, AWS_PORT, REDIS_PORT)"
+	@echo "make demo      - with make run going: create timers and watch their callbacks arrive"
 	@echo "make test      - the whole suite (real redis-server, moto); installs what it needs"
 	@echo "make lint      - ruff + mypy"
 	@echo "make validate  - sam validate --lint and cfn-lint on template.yaml"
@@ -33,6 +35,12 @@ $(SAM):
 	$(SAM_VENV)/bin/pip install -q aws-sam-cli
 
 tools: $(SAM)
+
+run: venv
+	@$(BIN)/python -m ops.local
+
+demo: venv
+	@$(BIN)/python -m ops.local.demo
 
 test: venv
 	$(BIN)/pytest -n 2 -q

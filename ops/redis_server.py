@@ -101,7 +101,8 @@ class RedisServer:
         process = subprocess.Popen(
             args,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,  # it logs to its logfile; holding our pipes would
+            stderr=subprocess.DEVNULL,  # keep a reader of our output waiting after we exit
             start_new_session=new_session,
         )
         server = cls(f"redis://127.0.0.1:{port}/0", process, workdir)

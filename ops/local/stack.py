@@ -260,15 +260,23 @@ class LocalStack:
         return None
 
     def stop(self) -> None:
-        """Stop everything this stack started, in reverse order; safe to call at any point."""
-        state.remove()
+        """Stop everything this stack started, in reverse order. Safe at any point; a part
+        that fails to stop is logged and never keeps the others running."""
+        steps: list[Callable[[], None]] = [state.remove]
         if self.scheduler:
-            self.scheduler.stop()
+            steps.append(self.scheduler.stop)
         if self.gateway:
-            self.gateway.shutdown()
-            self.gateway.server_close()
-        for pool in self.pools.values():
-            pool.close()
+            steps += [self.gateway.shutdown, self.gateway.server_close]
+        steps += [pool.close for pool in self.pools.values()]
+        steps += [self._stop_moto, self.redis.stop if self.redis else (lambda: None)]
+        for step in steps:
+            try:
+                step()
+            except Exception:  # keep stopping the rest
+                with (self.logs / "stop-errors.log").open("a") as log:
+                    log.write(traceback.format_exc())
+
+    def _stop_moto(self) -> None:
         if self.moto and self.moto.poll() is None:
             self.moto.terminate()
             try:
@@ -276,8 +284,6 @@ class LocalStack:
             except subprocess.TimeoutExpired:
                 self.moto.kill()
                 self.moto.wait(5)
-        if self.redis:
-            self.redis.stop()
 
 
 def _answers(port: int) -> bool:

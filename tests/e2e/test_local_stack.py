@@ -1,7 +1,7 @@
 """The whole service on this machine, reached only as a user reaches it: over HTTP, through
 ``make tenant`` (``python -m ops.admin``), the Lambda Invoke API and the tenants' SQS queues.
 
-One stack serves the module (``xdist_group`` keeps its tests on one worker). It runs on the
+One stack serves the module (one per xdist worker that runs its tests). It runs on the
 wall clock, so these tests poll queues with deadlines; nothing here asserts a duration.
 """
 
@@ -22,7 +22,7 @@ from tests.support.callbacks import drain
 from tests.support.local_stack import RunningStack, admin, start_stack
 from timers.core.times import format_ms
 
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("local-stack")]
+pytestmark = pytest.mark.e2e
 
 DEMO_KEY = "tk_e2e-demo-key-0123456789abcdefghijklmnop"
 DELIVERY_TIMEOUT_S = 60.0

@@ -93,6 +93,8 @@ class RunningStack:
     process: subprocess.Popen[str]
     env: dict[str, str]
     lines: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # stderr, as it arrives
+    _pumps: list[threading.Thread] = field(default_factory=list)
     ready: dict[str, str] = field(default_factory=dict)
     _stdout: queue.Queue[str | None] = field(default_factory=queue.Queue)
 
@@ -116,8 +118,8 @@ class RunningStack:
             except queue.Empty:
                 raise AssertionError(f"not ready in {READY_TIMEOUT_S}s: {self.lines}") from None
             if line is None:
-                stderr = self.process.stderr.read() if self.process.stderr else ""
-                raise AssertionError(f"stack exited before ready: {self.lines} {stderr}")
+                self.wait(10)
+                raise AssertionError(f"stack exited before ready: {self.lines} {self.stderr}")
             for prefix in READY_PREFIXES:
                 if line.startswith(prefix):
                     self.ready[prefix] = line[len(prefix) :]
@@ -126,13 +128,22 @@ class RunningStack:
         """Send ``signum`` and wait: the exit code and stderr."""
         if self.process.poll() is None:
             self.process.send_signal(signum)
+        return self.wait(timeout), self.stderr
+
+    def wait(self, timeout: float) -> int:
+        """The exit code, once the stack and its output have ended (killed after ``timeout``)."""
         try:
             code = self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.process.kill()
             raise
-        stderr = self.process.stderr.read() if self.process.stderr else ""
-        return code, stderr
+        for pump in self._pumps:  # a child holding our pipes must not hang the test
+            pump.join(5)
+        return code
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.errors)
 
     def request(
         self,
@@ -178,7 +189,17 @@ def start_stack(state_dir: Path, **env: str) -> RunningStack:
             stack._stdout.put(line.rstrip("\n"))
         stack._stdout.put(None)
 
-    threading.Thread(target=pump, daemon=True).start()
+    def pump_stderr() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            stack.errors.append(line)
+
+    stack._pumps = [
+        threading.Thread(target=pump, daemon=True),
+        threading.Thread(target=pump_stderr, daemon=True),
+    ]
+    for thread in stack._pumps:
+        thread.start()
     return stack
 
 

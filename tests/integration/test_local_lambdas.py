@@ -1,0 +1,162 @@
+"""The local stack's sandboxes behave as Lambda's: warm reuse, a fresh context per event, the
+function's environment only, timeouts and crashes that end the sandbox, init errors, and an
+async queue that retries as configured."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ops.local import lambdas
+from ops.local.lambdas import FunctionPool, sandbox_env
+from ops.local.spec import FunctionSpec
+
+SANDBOX = str(Path(__file__).resolve().parent.parent / "support" / "sandbox")
+
+
+def spec(module: str = "handlers", **overrides: Any) -> FunctionSpec:
+    values: dict[str, Any] = {
+        "name": "Probe",
+        "module": module,
+        "attr": "handler",
+        "code_paths": (SANDBOX,),
+        "environment": {"GREETING": "hello"},
+        "timeout_s": 2.0,
+        "memory_mb": 128,
+        "async_retries": 0,
+        "max_event_age_s": 60,
+    }
+    return FunctionSpec(**{**values, **overrides})
+
+
+def make_pool(
+    function: FunctionSpec, log_dir: Path, reports: list[str], concurrency: int = 2
+) -> FunctionPool:
+    env = sandbox_env(function, "us-east-1", {"AWS_ENDPOINT_URL": "http://127.0.0.1:1"})
+    return FunctionPool(function, env, log_dir, concurrency, report=reports.append)
+
+
+@pytest.fixture
+def reports() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def pool(
+    tmp_path: Path, reports: list[str], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[FunctionPool]:
+    monkeypatch.setenv("LEAK", "the caller's secret")
+    p = make_pool(spec(), tmp_path, reports)
+    yield p
+    p.close()
+
+
+def result(outcome: lambdas.Outcome) -> Any:
+    assert outcome.function_error is None, outcome.payload
+    return json.loads(outcome.payload)
+
+
+def test_a_warm_sandbox_is_reused_with_a_fresh_context_each_time(pool: FunctionPool) -> None:
+    first, second = result(pool.invoke({"n": 1})), result(pool.invoke({"n": 2}))
+    assert (first["event"], second["event"]) == ({"n": 1}, {"n": 2})
+    assert first["pid"] == second["pid"]
+    assert first["request_id"] != second["request_id"]
+    assert first["function"] == "Probe"
+    assert 0 < first["remaining_ms"] <= 2000
+
+
+def test_the_sandbox_sees_the_function_environment_not_the_callers(pool: FunctionPool) -> None:
+    env = result(pool.invoke({}))["env"]
+    assert env == {"GREETING": "hello", "AWS_LAMBDA_FUNCTION_NAME": "Probe", "LEAK": None}
+
+
+def test_a_function_error_is_returned_and_the_sandbox_kept(
+    pool: FunctionPool, reports: list[str]
+) -> None:
+    pid = result(pool.invoke({}))["pid"]
+    outcome = pool.invoke({"do": "fail"})
+    assert outcome.function_error == "Unhandled"
+    assert outcome.error()["errorType"] == "ValueError"
+    assert "bad event" in outcome.error()["errorMessage"]
+    assert result(pool.invoke({}))["pid"] == pid
+    assert len(reports) == 1 and "ValueError" in reports[0]
+
+
+@pytest.mark.parametrize(
+    ("do", "error_type"), [("hang", "Sandbox.Timedout"), ("exit", "Runtime.ExitError")]
+)
+def test_a_timeout_or_a_crash_ends_the_sandbox_and_the_next_starts_cold(
+    tmp_path: Path, reports: list[str], do: str, error_type: str
+) -> None:
+    pool = make_pool(spec(timeout_s=0.5), tmp_path, reports)
+    try:
+        pid = result(pool.invoke({}))["pid"]
+        outcome = pool.invoke({"do": do})
+        assert outcome.error()["errorType"] == error_type
+        assert result(pool.invoke({}))["pid"] != pid
+    finally:
+        pool.close()
+
+
+def test_a_result_that_is_not_json_is_a_function_error(pool: FunctionPool) -> None:
+    assert pool.invoke({"do": "not_json"}).error()["errorType"] == "TypeError"
+
+
+def test_an_import_error_is_reported_at_warm_up(tmp_path: Path, reports: list[str]) -> None:
+    pool = make_pool(spec(module="broken"), tmp_path, reports)
+    try:
+        failure = pool.warm()
+        assert failure is not None
+        assert failure.error()["errorType"] == "Runtime.ImportModuleError"
+        assert "module_that_does_not_exist" in failure.error()["errorMessage"]
+    finally:
+        pool.close()
+
+
+def eventually(condition: Callable[[], bool], within_s: float = 60.0) -> bool:
+    """Poll ``condition``: async events run on the pool's threads and sandboxes, on the wall
+    clock (a cold start on a loaded runner takes seconds), so there is no clock to pass."""
+    deadline = time.monotonic() + within_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_async_events_are_retried_as_configured(
+    tmp_path: Path, reports: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lambdas, "ASYNC_RETRY_DELAYS_S", (0.0,))
+    pool = make_pool(spec(async_retries=1), tmp_path, reports)
+    out = tmp_path / "delivered"
+    try:
+        pool.invoke_async({"do": "fail_once", "path": str(out), "value": 42})
+        assert eventually(out.exists)
+        assert out.read_text() == "42"
+        assert len(reports) == 1 and "first attempt fails" in reports[0]
+    finally:
+        pool.close()
+
+
+def test_without_retries_a_failed_async_event_is_dropped(
+    tmp_path: Path, reports: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lambdas, "ASYNC_RETRY_DELAYS_S", (0.0,))
+    pool = make_pool(spec(async_retries=0), tmp_path, reports, concurrency=1)
+    out = tmp_path / "delivered"
+    try:
+        pool.invoke_async({"do": "fail_once", "path": str(out), "value": 1})
+        assert eventually(lambda: len(reports) == 1)
+        # A retry would be queued at once (no delay), ahead of this second event on the
+        # one-sandbox queue: once the second has run, a retry would have run too.
+        pool.invoke_async({"do": "fail_once", "path": str(tmp_path / "second"), "value": 2})
+        assert eventually(lambda: len(reports) == 2)
+        assert not out.exists()
+    finally:
+        pool.close()
