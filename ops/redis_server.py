@@ -20,6 +20,8 @@ from types import TracebackType
 
 import redis
 
+from ops.ports import port_is_free
+
 READY_TIMEOUT_S = 10.0
 
 
@@ -45,22 +47,13 @@ def find_redis_server() -> str:
     )
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
 def _free_port(cluster: bool = False) -> int:
     """A free port; in cluster mode port + 10000 (Redis 6.2's fixed cluster bus) must be too."""
     for _ in range(100):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port: int = s.getsockname()[1]
-        if not cluster or (port <= 55535 and _bindable(port + 10000)):
+        if not cluster or (port <= 55535 and port_is_free(port + 10000)):
             return port
     raise RuntimeError("no free port pair for a cluster-mode redis-server")
 

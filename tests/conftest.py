@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -11,24 +10,9 @@ import pytest
 from moto import mock_aws
 
 from ops import template
+from ops.offline import use_fake_aws
 
-# Never reach a real account from a test, whatever the developer's shell has.
-for _var in (
-    "AWS_PROFILE",
-    "AWS_ENDPOINT_URL",
-    "AWS_ENDPOINT_URL_DYNAMODB",
-    "AWS_ENDPOINT_URL_SQS",
-):
-    os.environ.pop(_var, None)
-os.environ.update(
-    AWS_DEFAULT_REGION="us-east-1",
-    AWS_ACCESS_KEY_ID="testing",
-    AWS_SECRET_ACCESS_KEY="testing",
-    AWS_SESSION_TOKEN="testing",
-    POWERTOOLS_METRICS_NAMESPACE="Timers",
-    POWERTOOLS_SERVICE_NAME="timers",
-    POWERTOOLS_TRACE_DISABLED="true",
-)
+use_fake_aws()  # never reach a real account from a test, whatever the developer's shell has
 
 T0 = 1_795_255_200_000  # 2026-11-21T10:00:00.000Z
 

@@ -33,6 +33,7 @@ from ops.local.gateway import Gateway
 from ops.local.lambdas import FunctionPool, sandbox_env
 from ops.local.schedules import Scheduler, scheduled_event
 from ops.local.spec import ScheduleSpec, StackSpec, TemplateError, load_stack
+from ops.ports import port_is_free
 from ops.redis_server import RedisServer, find_redis_server
 
 DEMO_TENANT = "demo"
@@ -87,11 +88,8 @@ class LocalConfig:
 
 
 def require_free(port: int, name: str) -> None:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            raise StackError(f"port {port} ({name}) is already in use") from None
+    if not port_is_free(port):
+        raise StackError(f"port {port} ({name}) is already in use")
 
 
 class LocalStack:

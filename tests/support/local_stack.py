@@ -6,7 +6,6 @@ import json
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,7 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ops.ports import free_port, port_is_free
 from ops.template import ROOT
+
+__all__ = ["RunningStack", "admin", "free_port", "port_is_free", "start_stack"]
 
 READY_TIMEOUT_S = 180.0  # a cold start of four sandboxes plus moto on a busy 2-core runner
 READY_PREFIXES = (
@@ -26,22 +28,6 @@ READY_PREFIXES = (
     "Tenant demo API key: ",
     "Tenant demo callback queue: ",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def descendants(pid: int) -> set[int]:

@@ -1,0 +1,23 @@
+"""Local TCP ports on 127.0.0.1: the local stack, its tests and the test Redis servers use them."""
+
+from __future__ import annotations
+
+import socket
+
+
+def port_is_free(port: int) -> bool:
+    """Whether a server could bind ``127.0.0.1:port`` now."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port() -> int:
+    """A port the OS just had free (another process may still take it before we bind)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
