@@ -10,12 +10,13 @@ export AWS_DEFAULT_REGION ?= us-east-1
 PY312 := $(shell command -v pyenv >/dev/null && pyenv versions --bare 2>/dev/null | grep '^3\.12' | tail -1)
 SAM_ENV := $(if $(PY312),PYENV_VERSION=$(PY312))
 
-.PHONY: help venv tools run demo test lint fmt validate build deploy tenant clean
+.PHONY: help venv tools run demo test bench lint fmt validate build deploy tenant clean
 
 help:
 	@echo "make run       - the whole service on this machine (API_PORT, AWS_PORT, REDIS_PORT)"
 	@echo "make demo      - with make run going: create timers and watch their callbacks arrive"
 	@echo "make test      - the whole suite (real redis-server, moto); installs what it needs"
+	@echo "make bench     - benchmarks, <= 20 min (QUICK=1: <= 4 min) -> bench/results/latest.json"
 	@echo "make lint      - ruff + mypy"
 	@echo "make validate  - sam validate --lint and cfn-lint on template.yaml"
 	@echo "make build     - sam build (functions + shared layer, arm64)"
@@ -44,6 +45,14 @@ demo: venv
 
 test: venv
 	$(BIN)/pytest -n 2 -q
+
+# Engine (Redis path vs the naive design), cost per fire (counted units x list prices), and
+# fire lag on the local stack; each merges its section into bench/results/latest.json.
+bench: venv
+	QUICK=$(QUICK) $(BIN)/python -m bench.engine
+	QUICK=$(QUICK) $(BIN)/python -m bench.cost
+	QUICK=$(QUICK) $(BIN)/python -m bench.e2e
+	@$(BIN)/python -m bench.report
 
 lint: venv
 	$(BIN)/ruff check .
