@@ -6,8 +6,11 @@ import socket
 
 
 def port_is_free(port: int) -> bool:
-    """Whether a server could bind ``127.0.0.1:port`` now."""
+    """Whether a server could listen on ``127.0.0.1:port`` now. Like the servers we start, it
+    sets SO_REUSEADDR: connections of a server that just stopped linger in TIME_WAIT on its
+    port, which blocks a plain bind but not a restart (and never hides a live listener)."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

@@ -26,7 +26,9 @@ INVOKE_SUFFIX = "/invocations"
 
 class Gateway(ThreadingHTTPServer):
     daemon_threads = True
-    allow_reuse_address = False  # a busy port must fail, not be shared
+    # SO_REUSEADDR (the default) lets a restart bind over TIME_WAIT; a live listener still
+    # makes the bind fail, which is what a busy port must do.
+    allow_reuse_address = True
 
     def __init__(
         self,
