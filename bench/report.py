@@ -24,20 +24,22 @@ def table(results: dict[str, Any]) -> str:
         ]
     e2e = results.get("e2e")
     if e2e:
-        steady = e2e["steady"]
-        rows.append(
-            (
-                f"local stack, steady {steady['fires_per_s']:.0f} fires/s: lag p50 / p99 / max",
-                f"{_ms(steady['p50_ms'])} / {_ms(steady['p99_ms'])} / {_ms(steady['max_ms'])}",
+        for steady in e2e.get("steady_levels") or [e2e["steady"]]:
+            rows.append(
+                (
+                    f"local stack, {steady['timers']} timers every 1 s (delivered"
+                    f" {steady['fires_per_s']:.0f} fires/s): lag p50 / p99 / max",
+                    f"{_ms(steady['p50_ms'])} / {_ms(steady['p99_ms'])} / {_ms(steady['max_ms'])}"
+                    f" ({steady['early']} early)",
+                )
             )
-        )
-        rows.append(("local stack, steady: early fires", str(steady["early"])))
         for burst in e2e["bursts"]:
             rows.append(
                 (
                     f"local stack, {burst['n']:,} due in one second: lag p50 / p99, drained in",
                     f"{_ms(burst['p50_ms'])} / {_ms(burst['p99_ms'])}, {burst['drain_s']} s"
-                    f" ({burst['early']} early, {burst.get('missing', 0)} missing)",
+                    f" ({burst['early']} early, {burst.get('missing', 0)} missing,"
+                    f" {burst.get('duplicates', 0)} duplicates)",
                 )
             )
     cost = results.get("cost")
