@@ -18,7 +18,7 @@ what a tenant sees on its callback queue:
   api's request model (``TimerCreate`` -> ``to_spec``), its ``TimerStore`` item is batch-written
   (version 1, as the conditional create leaves it) and its member added to its Redis bucket by
   ``RedisIndex.add`` (the fast path, since T is inside the look-ahead). ``--setup service``
-  calls ``TimerService.create`` (the api's use case) per timer instead: the same state, ~4x
+  calls ``TimerService.create`` (the api's use case) per timer instead: the same state, ~10x
   slower. T is planned from the setup rate measured so far, so the setup ends before T; the
   firing is done by the stack's own fan-out and trigger sandboxes.
 
@@ -27,9 +27,10 @@ tables, queue or backlog; its timers go with it.
 
 Time budget (``--budget-s``, default 780 s full, 150 s quick): moto drains ~25-35 fires/s on a
 2-core machine, so a 10,000-timer burst alone can take 7-11 minutes. Each burst waits for its
-callbacks at most its share (by n) of what is left of the budget; one that has not drained by
-then is reported as such (``drained: false``, what arrived, the rate and the projected drain
-time). ``--budget-s 0`` waits for every drain.
+callbacks at most what it should need at a pessimistic 20 fires/s, as long as the later bursts
+keep a minimum; the last one gets what is left. One that has not drained by then is reported
+as such (``drained: false``, what arrived, the rate and the projected drain time).
+``--budget-s 0`` waits for every drain.
 
 Callbacks are read by several concurrent receivers on the demo tenant's SQS queue (moto at the
 stack's AWS endpoint; ``receive_message`` 10 at a time, ``delete_message_batch``). Each is
@@ -115,6 +116,7 @@ QUICK_BUDGET_S = 150.0
 BURST_OVERHEAD_S = 12.0  # stack start + stop + the margin before T, per burst
 END_OVERHEAD_S = 5.0
 MIN_BURST_WAIT_S = 30.0
+PLAN_FIRES_PER_S = 20.0  # a pessimistic drain rate of moto, to plan each burst's wait
 STALL_S = 45.0  # no new callback for this long: stop waiting (> the 35 s lease expiry)
 STEADY_TAIL_S = 20.0  # after the window: wait this long at most for its last fires
 STEADY_STALL_S = 5.0  # ... or until none arrived for this long
@@ -1216,6 +1218,42 @@ def parse_levels(text: str) -> list[tuple[int, float]]:
     return levels
 
 
+def run_all(
+    section: dict[str, Any],
+    options: StackOptions,
+    args: argparse.Namespace,
+    levels: list[tuple[int, float]],
+    bursts: list[int],
+    began: float,
+) -> None:
+    """Every scenario, each on a fresh stack; results go into ``section``."""
+    steady: list[dict[str, Any]] = []
+    for timers, seconds in levels:
+        with fresh_stack(options, f"steady-{timers}") as (stack, collector, sampler):
+            steady.append(run_steady(stack, collector, sampler, timers, seconds, args.warmup))
+    if steady:
+        section["steady"] = steady[-1]
+        section["steady_levels"] = steady
+    rates: list[float] = []  # setup rates measured so far: they plan the next burst's T
+    section["bursts"] = []
+    for i, n in enumerate(bursts):
+        cap = None
+        if args.budget_s:
+            # What is left of the budget: this burst may wait for what it should need, as long
+            # as every later one keeps its minimum; the last (largest) gets the rest.
+            left = bursts[i:]
+            rate = rates[-1] if rates else SETUP_RATE_GUESS[args.setup]
+            overhead = sum(BURST_OVERHEAD_S + m / rate * SETUP_SAFETY for m in left)
+            spare = args.budget_s - (time.monotonic() - began) - overhead - END_OVERHEAD_S
+            spare -= MIN_BURST_WAIT_S * (len(left) - 1)
+            need = n / PLAN_FIRES_PER_S + MIN_BURST_WAIT_S
+            cap = max(MIN_BURST_WAIT_S, spare if len(left) == 1 else min(need, spare))
+        with fresh_stack(options, f"burst-{n}") as (stack, collector, sampler):
+            setup = BurstSetup(stack, args.setup, rates)
+            section["bursts"].append(run_burst(stack, collector, sampler, setup, n, cap))
+    section["budget_s"] = args.budget_s or None
+
+
 def main(argv: list[str] | None = None) -> int:
     short = quick()
     parser = argparse.ArgumentParser(prog="python -m bench.e2e", description=__doc__)
@@ -1262,27 +1300,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     began = time.monotonic()
     options = StackOptions(args.concurrency, args.receivers, args.keep_logs)
-    steady: list[dict[str, Any]] = []
-    for timers, seconds in levels:
-        with fresh_stack(options, f"steady-{timers}") as (stack, collector, sampler):
-            steady.append(run_steady(stack, collector, sampler, timers, seconds, args.warmup))
-    if steady:
-        section["steady"] = steady[-1]
-        section["steady_levels"] = steady
-    rates: list[float] = []  # setup rates measured so far: they plan the next burst's T
-    section["bursts"] = []
-    for i, n in enumerate(bursts):
-        cap = None
-        if args.budget_s:  # share what is left of the budget among the bursts still to run
-            left = bursts[i:]
-            rate = rates[-1] if rates else SETUP_RATE_GUESS[args.setup]
-            overhead = sum(BURST_OVERHEAD_S + m / rate * SETUP_SAFETY for m in left)
-            spare = args.budget_s - (time.monotonic() - began) - overhead - END_OVERHEAD_S
-            cap = max(MIN_BURST_WAIT_S, spare * n / sum(left))
-        with fresh_stack(options, f"burst-{n}") as (stack, collector, sampler):
-            setup = BurstSetup(stack, args.setup, rates)
-            section["bursts"].append(run_burst(stack, collector, sampler, setup, n, cap))
-    section["budget_s"] = args.budget_s or None
+    try:
+        run_all(section, options, args, levels, bursts, began)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: each stack was stopped on the way out
+        progress("interrupted: every local stack is stopped; nothing was written")
+        return 130
 
     section["notes"] = build_notes(section)
     section["cpu_classes"] = CLASSES
