@@ -58,6 +58,7 @@ from functions.trigger import app as trigger_app  # noqa: E402
 from ops import admin, template  # noqa: E402
 from ops.local.context import LambdaContext  # noqa: E402
 from ops.redis_server import RedisServer  # noqa: E402
+from tests.support.clock import FakeClock  # noqa: E402
 from timers import store, tenants  # noqa: E402
 from timers.core.times import format_ms  # noqa: E402
 from timers.fanout import LOCK_KEY, LOCK_TTL_MS, MAX_RUN_MS, Fanout, FanoutDeps  # noqa: E402
@@ -442,18 +443,6 @@ def captured_stdout() -> Iterator[Callable[[], int]]:
 
 
 @dataclass
-class Clock:
-    now: int = T0
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> int:
-        self.now += ms
-        return self.now
-
-
-@dataclass
 class FanoutRun:
     fanout: Fanout
     steps: Iterator[int]
@@ -467,7 +456,7 @@ class Stack:
     meter: Meter
     redis_url: str
     log_bytes: Callable[[], int]
-    clock: Clock = field(default_factory=Clock)
+    clock: FakeClock = field(default_factory=lambda: FakeClock(T0))
     runs: list[FanoutRun] = field(default_factory=list)
     invoked: list[tuple[int, int]] = field(default_factory=list)
     received: Counter[str] = field(default_factory=Counter)

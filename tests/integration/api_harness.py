@@ -13,8 +13,8 @@ import redis
 from functions.api import app as api_app
 from ops.local.context import LambdaContext
 from ops.template import local_settings
-from tests.conftest import FakeClock
 from tests.support import apigw
+from tests.support.clock import FakeClock
 from timers import tenants
 from timers.runtime import Runtime, build_runtime
 

@@ -11,8 +11,8 @@ from typing import Any
 import boto3
 import pytest
 
-from tests.conftest import T0, FakeClock
 from tests.integration.api_harness import Api, make_api
+from tests.support.clock import T0, FakeClock
 from timers import tenants
 from timers.core.times import format_ms
 from timers.redis_index import bucket_of, member

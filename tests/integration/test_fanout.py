@@ -20,7 +20,7 @@ import redis
 
 from functions.fanout import app as fanout_app
 from ops.local.context import LambdaContext
-from tests.conftest import T0, FakeClock
+from tests.support.clock import T0, FakeClock
 from timers.fanout import (
     LOCK_KEY,
     LOCK_TTL_MS,

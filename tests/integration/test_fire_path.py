@@ -17,9 +17,9 @@ import boto3
 import pytest
 import redis
 
-from tests.conftest import T0, FakeClock
 from tests.integration.api_harness import SETTINGS, Api, make_api
 from tests.support.callbacks import drain
+from tests.support.clock import T0, FakeClock
 from timers.core.times import parse_ms
 from timers.fanout import Fanout, FanoutDeps
 from timers.firing import TriggerDeps, run_trigger

@@ -20,8 +20,8 @@ import redis
 
 from functions.migrator import app as migrator_app
 from ops.local.context import LambdaContext
-from tests.conftest import T0, FakeClock
 from tests.integration.api_harness import SETTINGS, Api, make_api
+from tests.support.clock import T0, FakeClock
 from timers.core.times import format_ms
 from timers.migrate import (
     DuePage,

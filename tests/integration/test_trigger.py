@@ -32,9 +32,9 @@ from botocore.exceptions import ClientError
 
 from functions.trigger import app as trigger_app
 from ops.local.context import LambdaContext
-from tests.conftest import T0, FakeClock
 from tests.integration.api_harness import SETTINGS, Api, make_api
 from tests.support.callbacks import drain
+from tests.support.clock import T0, FakeClock
 from timers import tenants
 from timers.core import timer as timers
 from timers.core.schedule import AtSchedule

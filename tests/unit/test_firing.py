@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import T0
+from tests.support.clock import T0
 from timers.core import timer as timers
 from timers.core.schedule import AtSchedule, EverySchedule, Misfire
 from timers.firing import MISFIRE_GRACE_MS, advanced, callback_body, decide, lag_bucket, triage
