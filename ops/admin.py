@@ -20,7 +20,6 @@ import json
 import os
 import sys
 import time
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,9 @@ from typing import Any
 import boto3
 
 from ops.local import state as local_state
-from ops.template import ROOT, local_settings
+from ops.local.spec import samconfig
+from ops.offline import LOCAL_CREDENTIALS
+from ops.template import local_settings
 from timers import tenants
 from timers.config import Settings
 from timers.core.errors import DomainError, NotFound
@@ -50,8 +51,8 @@ def local_target() -> Target:
     else:
         endpoint = running["aws_endpoint"]
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    for name, value in LOCAL_CREDENTIALS.items():
+        os.environ.setdefault(name, value)
     os.environ["AWS_ENDPOINT_URL"] = endpoint  # pynamodb and boto3 both honour it
     demo = running["demo"] if running and running["aws_endpoint"] == endpoint else None
     known = {demo["tenant"]: demo["api_key"]} if demo else {}
@@ -60,9 +61,8 @@ def local_target() -> Target:
 
 def aws_target() -> Target:
     """Table names and queue prefix from the outputs of the stack samconfig.toml deploys."""
-    config = tomllib.loads((ROOT / "samconfig.toml").read_text())
-    stack = config["default"]["global"]["parameters"]["stack_name"]
-    region = config["default"].get("deploy", {}).get("parameters", {}).get("region")
+    config = samconfig()
+    stack, region = config["stack_name"], config.get("region")
     cfn = boto3.client("cloudformation", region_name=region)
     outputs = {
         o["OutputKey"]: o["OutputValue"]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 
+LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+"""What botocore insists on and moto ignores: the local stack and its clients use these."""
+
 _REAL_AWS = ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS")
 
 

@@ -33,14 +33,13 @@ from ops.local.gateway import Gateway
 from ops.local.lambdas import FunctionPool, sandbox_env
 from ops.local.schedules import Scheduler, scheduled_event
 from ops.local.spec import ScheduleSpec, StackSpec, TemplateError, load_stack
+from ops.offline import LOCAL_CREDENTIALS
 from ops.ports import port_is_free
 from ops.redis_server import RedisServer, find_redis_server
 
 DEMO_TENANT = "demo"
 START_TIMEOUT_S = 60.0
 WATCH_INTERVAL_S = 0.2
-# Credentials are required by botocore and ignored by moto.
-LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
 
 
 class StackError(Exception):
