@@ -14,6 +14,7 @@ import shlex
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ class Route:
         """Path parameters if this route serves ``method path``, else None."""
         if self.method not in ("ANY", method):
             return None
-        found = re.fullmatch(_path_pattern(self.resource), path)
+        found = _path_pattern(self.resource).fullmatch(path)
         return found.groupdict() if found else None
 
 
@@ -87,10 +88,11 @@ class StackSpec:
         return f"arn:aws:lambda:{self.region}:{ACCOUNT}:function:{name}"
 
 
-def _path_pattern(resource: str) -> str:
+@cache
+def _path_pattern(resource: str) -> re.Pattern[str]:
     # {name} is one segment, {name+} (greedy proxy) the rest of the path.
     pattern = re.sub(r"\{(\w+)\+\}", r"(?P<\1>.+)", resource)
-    return re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern)
+    return re.compile(re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern))
 
 
 def samconfig(path: Path = ROOT / "samconfig.toml") -> dict[str, Any]:
