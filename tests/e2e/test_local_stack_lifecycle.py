@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from ops.ports import port_is_free
 from tests.support.local_stack import (
     RunningStack,
     alive,
     descendants,
-    port_is_free,
     start_stack,
 )
 

@@ -16,10 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ops.ports import free_port, port_is_free
+from ops.ports import free_port
 from ops.template import ROOT
-
-__all__ = ["RunningStack", "admin", "free_port", "port_is_free", "start_stack"]
 
 READY_TIMEOUT_S = 180.0  # a cold start of four sandboxes plus moto on a busy 2-core runner
 READY_PREFIXES = (
