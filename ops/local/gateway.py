@@ -1,6 +1,9 @@
 """The local stack's HTTP front door on 127.0.0.1:$API_PORT.
 
-- The template's Api routes, turned into proxy events for their function (``apigw``).
+- The template's HttpApi routes, turned into payload format 2.0 events for their function
+  (``apigw``). Any method reaches the routing (TRACE and methods nobody has heard of too):
+  what no route serves goes to the ``$default`` route if the template has one, else gets the
+  HTTP API's own ``{"message":"Not Found"}`` 404.
 - The Lambda Invoke API (``POST /2015-03-31/functions/<name>/invocations``), which the
   fan-out's boto3 client reaches through ``AWS_ENDPOINT_URL_LAMBDA``; ``aws lambda invoke
   --endpoint-url`` works too.
@@ -14,7 +17,7 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from ops.local import apigw
 from ops.local.lambdas import FunctionPool
@@ -61,23 +64,27 @@ class _Handler(BaseHTTPRequestHandler):
         if path.startswith(INVOKE_PREFIX) and path.endswith(INVOKE_SUFFIX):
             response = self._invoke(path[len(INVOKE_PREFIX) : -len(INVOKE_SUFFIX)], body)
         else:
-            response = self._api(path, parse_qsl(url.query, keep_blank_values=True), body)
+            response = self._api(path, url.query, body)
             elapsed = (time.monotonic() - started) * 1000
             self.server.access_log(f"{self.command} {self.path} {response.status} {elapsed:.0f}ms")
         self._send(response)
 
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = do_any
+    def __getattr__(self, name: str) -> Any:
+        # BaseHTTPRequestHandler looks up do_<METHOD> and answers a missing one with its own
+        # HTML 501 page; an HTTP API routes every method, so every method reaches do_any.
+        if name.startswith("do_"):
+            return self.do_any
+        raise AttributeError(name)
 
-    def _api(self, path: str, query: list[tuple[str, str]], body: bytes) -> apigw.HttpResponse:
-        stack = self.server.stack
-        found = stack.route(self.command, path)
+    def _api(self, path: str, query: str, body: bytes) -> apigw.HttpResponse:
+        found = self.server.stack.route(self.command, path)
         if found is None:
-            return apigw.gateway_response("MISSING_AUTHENTICATION_TOKEN", stack.gateway_responses)
+            return apigw.gateway_response(404)
         route, params = found
         event = apigw.proxy_event(
             self.command,
             path,
-            resource=route.resource,
+            route_key=route.key,
             path_params=params,
             stage=route.stage,
             headers=list(self.headers.items()),
@@ -85,15 +92,13 @@ class _Handler(BaseHTTPRequestHandler):
             body=body,
             source_ip=self.client_address[0],
         )
-        outcome = self.server.pools[route.function].invoke(event)
-        if outcome.function_error:
-            return apigw.gateway_response("INTEGRATION_FAILURE", stack.gateway_responses)
-        response = apigw.from_proxy_result(outcome.payload)
-        if response is None:
-            return apigw.gateway_response("BAD_RESPONSE", stack.gateway_responses)
         request_id = event["requestContext"]["requestId"]
+        outcome = self.server.pools[route.function].invoke(event)
+        response = None if outcome.function_error else apigw.from_proxy_result(outcome.payload)
+        if response is None:  # the function failed, or its result is not one API Gateway can use
+            return apigw.gateway_response(500, request_id)
         return apigw.HttpResponse(
-            response.status, [*response.headers, ("x-amzn-RequestId", request_id)], response.body
+            response.status, [*response.headers, ("apigw-requestid", request_id)], response.body
         )
 
     def _invoke(self, function: str, body: bytes) -> apigw.HttpResponse:

@@ -1,8 +1,9 @@
-"""What the local stack runs, read from template.yaml: functions, Api routes, schedules.
+"""What the local stack runs, read from template.yaml: functions, HttpApi routes, schedules.
 
 A function added to the template runs locally with no other change: its handler, code and
 layers, environment (Globals merged, intrinsics resolved), timeout, memory, async-invoke
-settings, Api routes and schedules all come from here. Resources resolve to their logical id
+settings, HttpApi routes (payload format 2.0, the ``$default`` catch-all included) and
+schedules all come from here. Resources resolve to their logical id
 (the local table, queue and function names); parameters to samconfig.toml's overrides, else
 their defaults - the values a deploy would use.
 """
@@ -45,19 +46,49 @@ class FunctionSpec:
     max_event_age_s: int
 
 
+DEFAULT_ROUTE = "$default"  # an HTTP API's catch-all route key
+DEFAULT_STAGE = "$default"  # an HTTP API's stage served at the root of its URL
+
+
 @dataclass(frozen=True)
 class Route:
+    """One route of an HTTP API: ``GET /v1/timers/{id}``, ``ANY /{proxy+}`` or ``$default``."""
+
     method: str  # upper case, or ANY
-    resource: str  # the template path, e.g. /v1/timers/{id}
+    path: str  # the template path, e.g. /v1/timers/{id}; $default for the catch-all
     function: str
     stage: str
 
+    @property
+    def key(self) -> str:
+        """The routeKey API Gateway puts in the event."""
+        return DEFAULT_ROUTE if self.is_default else f"{self.method} {self.path}"
+
+    @property
+    def is_default(self) -> bool:
+        return self.path == DEFAULT_ROUTE
+
     def match(self, method: str, path: str) -> dict[str, str] | None:
         """Path parameters if this route serves ``method path``, else None."""
+        if self.is_default:
+            return {}
         if self.method not in ("ANY", method):
             return None
-        found = _path_pattern(self.resource).fullmatch(path)
+        found = _path_pattern(self.path).fullmatch(path)
         return found.groupdict() if found else None
+
+    def precedence(self) -> tuple[int, int, int, int, int]:
+        """Sort key: the most specific route first, as API Gateway picks them. A route without
+        path variables, then with {variables}, then greedy {proxy+}; a route's own method before
+        ANY on the same path; the $default route last."""
+        greedy = self.path.count("+}")
+        return (
+            int(self.is_default),
+            greedy,
+            self.path.count("{") - greedy,
+            -len(self.path),
+            int(self.method == "ANY"),
+        )
 
 
 @dataclass(frozen=True)
@@ -73,11 +104,12 @@ class StackSpec:
     stack_name: str
     region: str
     functions: dict[str, FunctionSpec]
-    routes: list[Route]
+    routes: list[Route]  # most specific first
     schedules: list[ScheduleSpec]
-    gateway_responses: dict[str, Any]  # of the (first) Api, for answers API Gateway gives itself
 
     def route(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
+        """The route that serves ``method path`` and its path parameters; None when no route
+        does and there is no $default route."""
         for route in self.routes:
             params = route.match(method, path)
             if params is not None:
@@ -89,9 +121,9 @@ class StackSpec:
 
 
 @cache
-def _path_pattern(resource: str) -> re.Pattern[str]:
+def _path_pattern(path: str) -> re.Pattern[str]:
     # {name} is one segment, {name+} (greedy proxy) the rest of the path.
-    pattern = re.sub(r"\{(\w+)\+\}", r"(?P<\1>.+)", resource)
+    pattern = re.sub(r"\{(\w+)\+\}", r"(?P<\1>.+)", path)
     return re.compile(re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern))
 
 
@@ -270,22 +302,46 @@ def load_stack(
     functions: dict[str, FunctionSpec] = {}
     routes: list[Route] = []
     schedules: list[ScheduleSpec] = []
-    apis = template.resources("AWS::Serverless::Api", path)
+    apis = template.resources("AWS::Serverless::HttpApi", path)
     for name, props in template.resources("AWS::Serverless::Function", path).items():
         functions[name] = _function(name, props, globals_, resolve, local_env, path.parent)
         for event_name, event in props.get("Events", {}).items():
             p = event.get("Properties", {})
-            if event["Type"] == "Api":
-                api = p.get("RestApiId")
-                stage = apis.get(api.value if isinstance(api, Tag) else "", {}).get("StageName")
-                routes.append(Route(p["Method"].upper(), p["Path"], name, stage or "Prod"))
+            if event["Type"] == "HttpApi":
+                routes.append(_http_api_route(name, event_name, p, apis))
+            elif event["Type"] == "Api":
+                raise TemplateError(
+                    f"{name}.{event_name}: REST API (Type: Api) events do not run locally; "
+                    "the local gateway serves HttpApi events (payload format 2.0)"
+                )
             elif event["Type"] in ("Schedule", "ScheduleV2"):
                 if p.get("Enabled", True) is False or p.get("State") == "DISABLED":
                     continue
                 expression = p.get("Schedule") or p.get("ScheduleExpression")
                 rule = f"{name}.{event_name}"
                 schedules.append(ScheduleSpec(name, rule, expression, p.get("Input")))
-    # Literal segments beat {params}, as in API Gateway: try the most specific route first.
-    routes.sort(key=lambda r: (r.resource.count("{"), -len(r.resource)))
-    responses = next(iter(apis.values()), {}).get("GatewayResponses", {})
-    return StackSpec(stack_name, region, functions, routes, schedules, responses)
+    routes.sort(key=Route.precedence)
+    return StackSpec(stack_name, region, functions, routes, schedules)
+
+
+def _http_api_route(
+    function: str, event_name: str, props: dict[str, Any], apis: dict[str, dict[str, Any]]
+) -> Route:
+    """An HttpApi event as a route. Without Path and Method it is the $default route, as SAM
+    makes it; without ApiId it belongs to SAM's implicit API (stage $default)."""
+    where = f"{function}.{event_name}"
+    version = str(props.get("PayloadFormatVersion", "2.0"))
+    if version != "2.0":
+        raise TemplateError(f"{where}: payload format {version}; the local gateway speaks 2.0")
+    api = props.get("ApiId")
+    api_name = api.value if isinstance(api, Tag) and api.name == "Ref" else None
+    if api is not None and api_name not in apis:
+        raise TemplateError(f"{where}: ApiId must !Ref an AWS::Serverless::HttpApi of the template")
+    stage = apis.get(api_name or "", {}).get("StageName") or DEFAULT_STAGE
+    if not isinstance(stage, str):
+        raise TemplateError(f"{where}: the HttpApi's StageName must be a plain string locally")
+    route_path = props.get("Path") or DEFAULT_ROUTE
+    method = str(props.get("Method") or "ANY").upper()
+    if method == "X-AMAZON-APIGATEWAY-ANY-METHOD":
+        method = "ANY"
+    return Route(method, route_path, function, stage)

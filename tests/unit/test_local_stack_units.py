@@ -1,4 +1,4 @@
-"""The local stack's pure parts: reading template.yaml, schedules, API Gateway mapping."""
+"""The local stack's pure parts: reading template.yaml, schedules, the HTTP API's mapping."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import base64
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,13 +40,21 @@ def test_every_template_function_runs_with_its_handler_code_and_environment() ->
     assert stack.functions["TriggerFunction"].memory_mb == 512
 
 
-def test_api_routes_and_schedules_come_from_the_events() -> None:
+def test_http_api_routes_and_schedules_come_from_the_events() -> None:
     stack = load_stack(LOCAL)
     route, params = stack.route("POST", "/v1/timers/tmr_1/pause") or (None, None)
-    assert route is not None and (route.resource, route.stage) == ("/v1/timers/{id}/pause", "prod")
-    assert params == {"id": "tmr_1"}
-    assert stack.route("PUT", "/v1/timers") is None
-    assert stack.route("GET", "/v1/timers/a/b") is None
+    assert route is not None and (route.path, route.stage) == ("/v1/timers/{id}/pause", "$default")
+    assert (route.key, route.function, params) == (
+        "POST /v1/timers/{id}/pause",
+        "ApiFunction",
+        {"id": "tmr_1"},
+    )
+    # Every other method and path reaches the api function's $default route.
+    for method, path in [("PUT", "/v1/timers"), ("GET", "/v1/timers/a/b"), ("TRACE", "/")]:
+        route, params = stack.route(method, path) or (None, None)
+        assert route is not None and (route.key, route.function) == ("$default", "ApiFunction")
+        assert params == {}
+    assert stack.routes[-1].is_default  # tried last
     assert {(s.function, s.expression) for s in stack.schedules} == {
         ("MigratorFunction", "rate(1 minute)"),
         ("FanoutFunction", "rate(1 minute)"),
@@ -127,52 +136,232 @@ def test_scheduled_events_look_like_eventbridges() -> None:
     assert scheduled_event(fixed, "us-east-1", T) == {"k": 1}
 
 
-def test_proxy_events_carry_multi_values_and_encode_binary_bodies() -> None:
-    event = apigw.proxy_event(
-        "GET",
+def event(**overrides: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {"route_key": "GET /p", "now": T}
+    return apigw.proxy_event("GET", "/p", **{**args, **overrides})
+
+
+def test_events_are_payload_format_2() -> None:
+    built = apigw.proxy_event(
+        "PATCH",
         "/v1/timers/x",
-        resource="/v1/timers/{id}",
+        route_key="PATCH /v1/timers/{id}",
         path_params={"id": "x"},
-        stage="prod",
-        headers=[("X-A", "1"), ("X-A", "2")],
-        query=[("s", "a"), ("s", "b")],
-        body=b"\xff\x00",
+        headers=[("Host", "api.example.com"), ("User-Agent", "curl/8"), ("Content-Type", "a/b+c")],
+        query="limit=5",
+        body=b'{"a": 1}',
+        source_ip="10.0.0.9",
+        now=T,
     )
-    assert event["headers"] == {"X-A": "2"} and event["multiValueHeaders"] == {"X-A": ["1", "2"]}
-    assert event["queryStringParameters"] == {"s": "b"}
-    assert event["multiValueQueryStringParameters"] == {"s": ["a", "b"]}
-    assert event["requestContext"]["path"] == "/prod/v1/timers/x"
-    assert event["isBase64Encoded"] is True and base64.b64decode(event["body"]) == b"\xff\x00"
-    text = apigw.proxy_event("POST", "/p", resource="/p", path_params={}, stage="s", body=b"{}")
-    assert (text["body"], text["isBase64Encoded"], text["pathParameters"]) == ("{}", False, None)
-
-
-def test_proxy_results_map_back_to_http() -> None:
-    result = {
-        "statusCode": 201,
-        "headers": {"A": "1", "B": "x"},
-        "multiValueHeaders": {"B": ["2", "3"]},
-        "body": base64.b64encode(b"\x00bin").decode(),
+    context = built.pop("requestContext")
+    assert built == {
+        "version": "2.0",
+        "routeKey": "PATCH /v1/timers/{id}",
+        "rawPath": "/v1/timers/x",
+        "rawQueryString": "limit=5",
+        "headers": {"host": "api.example.com", "user-agent": "curl/8", "content-type": "a/b+c"},
+        "queryStringParameters": {"limit": "5"},
+        "pathParameters": {"id": "x"},
+        "body": "eyJhIjogMX0=",  # not a text type: base64 (see the rules below)
         "isBase64Encoded": True,
     }
-    response = apigw.from_proxy_result(json.dumps(result).encode())
-    assert response == apigw.HttpResponse(201, [("A", "1"), ("B", "2"), ("B", "3")], b"\x00bin")
-    assert apigw.from_proxy_result(b'"not a proxy result"') is None
-
-
-def test_gateway_responses_follow_the_template() -> None:
-    responses = load_stack(LOCAL).gateway_responses
-    missing = apigw.gateway_response("MISSING_AUTHENTICATION_TOKEN", responses)
-    assert missing.status == 404
-    assert json.loads(missing.body)["error"]["code"] == "not_found"
-    failed = apigw.gateway_response("INTEGRATION_FAILURE", responses)
-    assert failed.status == 502
-    assert json.loads(failed.body)["error"] == {
-        "code": "internal_error",
-        "message": "Internal server error",
-        "details": [],
+    assert context["http"] == {
+        "method": "PATCH",
+        "path": "/v1/timers/x",
+        "protocol": "HTTP/1.1",
+        "sourceIp": "10.0.0.9",
+        "userAgent": "curl/8",
     }
-    assert apigw.gateway_response("MISSING_AUTHENTICATION_TOKEN", {}).status == 403
+    assert (context["routeKey"], context["stage"]) == ("PATCH /v1/timers/{id}", "$default")
+    assert (context["domainName"], context["domainPrefix"]) == ("api.example.com", "api")
+    assert (context["time"], context["timeEpoch"]) == ("21/Nov/2026:10:00:30 +0000", T * 1000)
+    assert context["accountId"] == "123456789012" and context["apiId"] == "local"
+    assert (
+        len(context["requestId"]) == 16
+        and context["requestId"] != event()["requestContext"]["requestId"]
+    )
+
+
+def test_repeated_headers_and_query_parameters_are_comma_joined() -> None:
+    built = event(
+        headers=[("X-A", "1"), ("x-a", "2"), ("Accept", "text/html"), ("X-A", "3")],
+        query="s=a&s=b&t=&u=%C3%BC%20x&s=c&v",
+    )
+    assert built["headers"] == {"x-a": "1,2,3", "accept": "text/html"}
+    assert built["rawQueryString"] == "s=a&s=b&t=&u=%C3%BC%20x&s=c&v"  # as sent
+    assert built["queryStringParameters"] == {"s": "a,b,c", "t": "", "u": "ü x", "v": ""}
+
+
+def test_cookie_headers_become_the_cookies_list() -> None:
+    built = event(headers=[("Cookie", "a=1; b=2"), ("X-B", "y"), ("cookie", "c=3")])
+    assert built["cookies"] == ["a=1", "b=2", "c=3"]
+    assert built["headers"] == {"x-b": "y"}
+
+
+def test_empty_parts_are_left_out() -> None:
+    built = event()
+    for absent in ("cookies", "queryStringParameters", "pathParameters", "body"):
+        assert absent not in built
+    assert (built["headers"], built["rawQueryString"], built["isBase64Encoded"]) == ({}, "", False)
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "as_text"),
+    [
+        ("application/json", b'{"a": "\xc3\xbc"}', True),
+        ("application/json; charset=utf-8", b"{}", True),
+        ("text/plain", b"hello", True),
+        ("application/xml", b"<a/>", True),
+        ("application/javascript", b"x()", True),
+        (None, b"{}", False),  # no Content-Type at all: base64
+        ("application/x-www-form-urlencoded", b"a=1", False),
+        ("application/octet-stream", b"\x00\x01", False),
+        ("multipart/form-data; boundary=x", b"--x", False),
+        ("application/json", b"\xff\xfe{}", False),  # a text type, but not UTF-8
+    ],
+)
+def test_bodies_are_text_or_base64_by_content_type(
+    content_type: str | None, body: bytes, as_text: bool
+) -> None:
+    headers = [("Content-Type", content_type)] if content_type else []
+    built = event(headers=headers, body=body)
+    assert built["isBase64Encoded"] is not as_text
+    decoded = built["body"].encode() if as_text else base64.b64decode(built["body"])
+    assert decoded == body
+
+
+def test_a_named_stage_prefixes_the_raw_path() -> None:
+    built = event(stage="prod")
+    assert built["rawPath"] == built["requestContext"]["http"]["path"] == "/prod/p"
+    assert built["requestContext"]["stage"] == "prod"
+
+
+def result(**fields: Any) -> bytes:
+    return json.dumps(fields).encode()
+
+
+def test_results_map_back_to_http() -> None:
+    response = apigw.from_proxy_result(
+        result(
+            statusCode=201,
+            headers={"A": "1", "B": ["2", "3"]},
+            multiValueHeaders={"C": ["4"]},  # a 1.0 field: ignored
+            cookies=["s=1; HttpOnly", "t=2"],
+            body=base64.b64encode(b"\x00bin").decode(),
+            isBase64Encoded=True,
+        )
+    )
+    assert response == apigw.HttpResponse(
+        201,
+        [("A", "1"), ("B", "2,3"), ("Set-Cookie", "s=1; HttpOnly"), ("Set-Cookie", "t=2")],
+        b"\x00bin",
+    )
+    text = apigw.from_proxy_result(result(statusCode=204))
+    assert text == apigw.HttpResponse(204, [], b"")
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b'{"message": "hi", "n": 1}', b'"just a string"', b"[1, 2]", b"42", b"null"],
+)
+def test_a_result_without_status_code_is_a_200_json_body(payload: bytes) -> None:
+    response = apigw.from_proxy_result(payload)
+    assert response == apigw.HttpResponse(200, [("Content-Type", "application/json")], payload)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"not json",
+        result(statusCode="200"),
+        result(statusCode=True),
+        result(statusCode=99),
+        result(statusCode=200, body={"a": 1}),
+        result(statusCode=200, body="!!", isBase64Encoded=True),
+        result(statusCode=200, headers=["A"]),
+    ],
+)
+def test_a_result_api_gateway_cannot_use_is_none(payload: bytes) -> None:
+    assert apigw.from_proxy_result(payload) is None  # the gateway answers 500
+
+
+def test_the_http_apis_own_answers() -> None:
+    missing = apigw.gateway_response(404)
+    assert (missing.status, json.loads(missing.body)) == (404, {"message": "Not Found"})
+    failed = apigw.gateway_response(500, "rid")
+    assert (failed.status, json.loads(failed.body)) == (500, {"message": "Internal Server Error"})
+    assert ("apigw-requestid", "rid") in failed.headers
+
+
+HTTP_API_TEMPLATE = """
+Resources:
+  Api:
+    Type: AWS::Serverless::HttpApi
+    Properties: {StageName: prod}
+  Fn:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: fn
+      Handler: main.run
+      Events:
+        Special: {Type: HttpApi, Properties: {ApiId: !Ref Api, Path: /items/special, Method: get}}
+        One: {Type: HttpApi, Properties: {ApiId: !Ref Api, Path: "/items/{id}", Method: GET}}
+        AnyOne: {Type: HttpApi, Properties: {ApiId: !Ref Api, Path: "/items/{id}", Method: ANY}}
+        Rest: {Type: HttpApi, Properties: {ApiId: !Ref Api, Path: "/items/{rest+}", Method: ANY}}
+        Implicit: {Type: HttpApi, Properties: {Path: /implicit, Method: POST}}
+  Other:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: other
+      Handler: main.run
+      Events:
+        Everything: {Type: HttpApi, Properties: {ApiId: !Ref Api}}
+"""
+
+
+def test_routes_match_as_an_http_api_picks_them(tmp_path: Path) -> None:
+    (tmp_path / "template.yaml").write_text(HTTP_API_TEMPLATE)
+    stack = load_stack({}, path=tmp_path / "template.yaml")
+
+    def picked(method: str, path: str) -> tuple[str, str, dict[str, str]]:
+        route, params = stack.route(method, path) or (None, {})
+        assert route is not None
+        return route.key, route.function, params
+
+    assert picked("GET", "/items/special") == ("GET /items/special", "Fn", {})
+    assert picked("GET", "/items/7") == ("GET /items/{id}", "Fn", {"id": "7"})
+    assert picked("DELETE", "/items/7") == ("ANY /items/{id}", "Fn", {"id": "7"})
+    assert picked("PUT", "/items/special") == ("ANY /items/{id}", "Fn", {"id": "special"})
+    assert picked("GET", "/items/7/parts/3") == ("ANY /items/{rest+}", "Fn", {"rest": "7/parts/3"})
+    # No Path and Method: SAM's $default route. Everything nothing else serves goes there.
+    assert picked("GET", "/elsewhere") == ("$default", "Other", {})
+    assert picked("GET", "/implicit") == ("$default", "Other", {})
+    route, _ = stack.route("POST", "/implicit") or (None, None)
+    assert route is not None and route.stage == "$default"  # SAM's implicit HttpApi
+    assert {r.stage for r in stack.routes if r.function == "Other"} == {"prod"}
+
+
+@pytest.mark.parametrize(
+    ("event_yaml", "error"),
+    [
+        ("{Type: Api, Properties: {Path: /a, Method: GET}}", "REST API"),
+        (
+            "{Type: HttpApi, Properties: {Path: /a, Method: GET, PayloadFormatVersion: '1.0'}}",
+            "payload format 1.0",
+        ),
+        ("{Type: HttpApi, Properties: {ApiId: !Ref Nope, Path: /a, Method: GET}}", "ApiId"),
+    ],
+)
+def test_api_events_the_local_gateway_cannot_serve_are_template_errors(
+    tmp_path: Path, event_yaml: str, error: str
+) -> None:
+    (tmp_path / "template.yaml").write_text(
+        "Resources:\n  Fn:\n    Type: AWS::Serverless::Function\n"
+        "    Properties:\n      CodeUri: fn\n      Handler: main.run\n"
+        f"      Events:\n        E: {event_yaml}\n"
+    )
+    with pytest.raises(TemplateError, match=error):
+        load_stack({}, path=tmp_path / "template.yaml")
 
 
 def test_the_template_is_read_from_the_given_path(tmp_path: Path) -> None:
