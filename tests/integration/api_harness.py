@@ -1,4 +1,5 @@
-"""Drive the real api handler with API Gateway proxy events against moto and a real Redis."""
+"""Drive the real api handler with HTTP API events (payload format 2.0) against moto and a real
+Redis."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import redis
 
 from functions.api import app as api_app
+from ops.local.apigw import from_proxy_result
 from ops.local.context import LambdaContext
 from ops.template import local_settings
 from tests.support import apigw
@@ -57,21 +59,31 @@ class Api:
         body: Any = None,
         raw_body: str | bytes | None = None,
         headers: dict[str, str] | None = None,
-        query: dict[str, str] | None = None,
+        query: dict[str, str] | str | None = None,
+        content_type: str | None = "application/json",
     ) -> Reply:
         hdrs = dict(headers or {})
         api_key = key if key is not None else (self.keys[tenant] if tenant else None)
         if api_key is not None:
             hdrs["x-api-key"] = api_key
-        event = apigw.event(method, path, body=body, raw_body=raw_body, headers=hdrs, query=query)
+        event = apigw.event(
+            method,
+            path,
+            body=body,
+            raw_body=raw_body,
+            headers=hdrs,
+            query=query,
+            content_type=content_type,
+        )
         return self.send(event)
 
     def send(self, event: dict[str, Any]) -> Reply:
+        """The handler's result for ``event``, read as API Gateway reads a 2.0 result."""
         result = api_app.handler(event, LambdaContext(function_name="api"))
-        text = result.get("body")
-        return Reply(
-            result["statusCode"], json.loads(text) if text else None, result.get("headers") or {}
-        )
+        response = from_proxy_result(json.dumps(result).encode())
+        assert response is not None, f"API Gateway would answer 500 to {result}"
+        headers = {name.lower(): value for name, value in response.headers}
+        return Reply(response.status, json.loads(response.body) if response.body else None, headers)
 
     def create(self, tenant: str = "acme", **timer: Any) -> dict[str, Any]:
         reply = self.call("POST", "/v1/timers", tenant=tenant, body=timer)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from dataclasses import replace
@@ -11,7 +12,9 @@ from typing import Any
 import boto3
 import pytest
 
+from ops.local.apigw import proxy_event
 from tests.integration.api_harness import Api, make_api
+from tests.support import apigw
 from tests.support.clock import T0, FakeClock
 from timers import tenants
 from timers.core.times import format_ms
@@ -55,6 +58,29 @@ def test_health_and_openapi_need_no_key(api: Api) -> None:
     assert {"/v1/timers", "/v1/timers/{timer_id}", "/v1/schedule-preview"} <= set(doc.body["paths"])
     schemas = doc.body["components"]["schemas"]
     assert {"TimerCreate", "TimerOut", "ErrorOut"} <= set(schemas)
+    for path in ("/v1/health", "/v1/openapi.json"):  # documented as public, like they are
+        assert doc.body["paths"][path]["get"]["security"] == []
+    assert doc.body["security"] == [{"apiKey": []}]
+
+
+def test_openapi_declares_405_everywhere_and_415_where_a_body_is_taken(api: Api) -> None:
+    paths = api.call("GET", "/v1/openapi.json", tenant=None).body["paths"]
+    with_body = set()
+    for path, item in paths.items():
+        for method, operation in item.items():
+            responses = operation["responses"]
+            assert "Allow" in responses["405"]["headers"], (method, path)
+            assert responses["405"]["content"]["application/json"]["schema"] == {
+                "$ref": "#/components/schemas/ErrorOut"
+            }
+            assert ("415" in responses) == ("requestBody" in operation), (method, path)
+            if "requestBody" in operation:
+                with_body.add(f"{method.upper()} {path}")
+    assert with_body == {
+        "POST /v1/timers",
+        "PATCH /v1/timers/{timer_id}",
+        "POST /v1/schedule-preview",
+    }
 
 
 @pytest.mark.parametrize("key", [None, "", "tk_not-a-key"])
@@ -184,16 +210,115 @@ def test_malformed_or_non_object_body_is_400(api: Api, raw: str) -> None:
 
 
 def test_base64_encoded_body_is_accepted(api: Api) -> None:
-    from tests.support import apigw
-
     event = apigw.event(
         "POST",
         "/v1/timers",
         body={"schedule": {"type": "after", "seconds": 1}},
         headers={"x-api-key": api.keys["acme"]},
-        base64_body=True,
     )
+    assert event["isBase64Encoded"] is False  # JSON is text to an HTTP API ...
+    event["body"] = base64.b64encode(event["body"].encode()).decode()
+    event["isBase64Encoded"] = True  # ... but the function takes either
     assert api.send(event).status == 201
+
+
+def test_a_body_without_content_type_is_parsed_as_json(api: Api) -> None:
+    event = apigw.event(
+        "POST",
+        "/v1/timers",
+        body={"schedule": {"type": "after", "seconds": 1}, "payload": {"k": "ü"}},
+        headers={"x-api-key": api.keys["acme"]},
+        content_type=None,
+    )
+    assert "content-type" not in event["headers"]
+    assert event["isBase64Encoded"] is True  # an HTTP API base64-encodes an untyped body
+    reply = api.send(event)
+    assert reply.status == 201, reply.body
+    assert reply.body["payload"] == {"k": "ü"}
+    assert timer_count(api) == 1
+    timer = api.create(**bad())
+    reply = api.call(
+        "PATCH", f"/v1/timers/{timer['id']}", body={"name": "renamed"}, content_type=None
+    )
+    assert (reply.status, reply.body["name"]) == (200, "renamed")
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "application/json; charset=utf-8",
+        "Application/JSON",
+        "application/merge-patch+json",
+        "application/vnd.timers+json;version=1",
+    ],
+)
+def test_every_json_content_type_is_accepted(api: Api, content_type: str) -> None:
+    created = api.call("POST", "/v1/timers", body=bad(), content_type=content_type)
+    assert created.status == 201, created.body
+    reply = api.call(
+        "PATCH", f"/v1/timers/{created.body['id']}", body={"name": "n"}, content_type=content_type
+    )
+    assert (reply.status, reply.body["name"]) == (200, "n")
+    preview = api.call(
+        "POST",
+        "/v1/schedule-preview",
+        body={"schedule": bad()["schedule"]},
+        content_type=content_type,
+    )
+    assert preview.status == 200, preview.body
+
+
+NOT_JSON = [
+    ("text/plain", json.dumps(bad())),
+    ("text/plain; charset=utf-8", json.dumps(bad())),
+    ("application/x-www-form-urlencoded", "schedule=after&seconds=5"),  # curl -d's default
+    ("application/x-www-form-urlencoded", json.dumps(bad())),  # curl -d '{...}', no -H
+    ("multipart/form-data; boundary=x", '--x\r\nContent-Disposition: form-data; name="a"\r\n\r\n1'),
+    ("application/xml", "<timer/>"),
+    ("application/octet-stream", json.dumps(bad())),
+]
+
+
+def _is_415(reply: Any, content_type: str) -> None:
+    assert reply.status == 415, reply.body
+    assert reply.error_code == "unsupported_media_type"
+    assert "Content-Type: application/json" in reply.body["error"]["message"]
+    assert content_type in reply.body["error"]["message"]
+    assert reply.error_fields == {"content-type"}
+
+
+@pytest.mark.parametrize(("content_type", "raw"), NOT_JSON)
+def test_a_body_that_is_not_json_is_415_and_creates_nothing(
+    api: Api, content_type: str, raw: str
+) -> None:
+    _is_415(api.call("POST", "/v1/timers", raw_body=raw, content_type=content_type), content_type)
+    _is_415(
+        api.call("POST", "/v1/schedule-preview", raw_body=raw, content_type=content_type),
+        content_type,
+    )
+    assert timer_count(api) == 0
+    assert indexed(api) == set()
+
+
+@pytest.mark.parametrize(("content_type", "raw"), NOT_JSON)
+def test_a_patch_that_is_not_json_is_415_and_changes_nothing(
+    api: Api, content_type: str, raw: str
+) -> None:
+    timer = api.create(**bad())
+    patch = json.dumps({"name": "changed", "schedule": {"type": "every", "seconds": 9}})
+    for body in (raw, patch):
+        reply = api.call(
+            "PATCH", f"/v1/timers/{timer['id']}", raw_body=body, content_type=content_type
+        )
+        _is_415(reply, content_type)
+    assert api.call("GET", f"/v1/timers/{timer['id']}").body == timer
+
+
+def test_a_content_type_on_a_route_without_a_body_is_ignored(api: Api) -> None:
+    timer = api.create(schedule={"type": "every", "seconds": 60})
+    reply = api.call("POST", f"/v1/timers/{timer['id']}/pause", content_type="text/plain")
+    assert (reply.status, reply.body["status"]) == (200, "paused")
+    assert api.call("GET", "/v1/tenant", content_type="text/html").status == 200
 
 
 def test_a_body_that_is_not_utf8_is_400_not_a_crash(api: Api) -> None:
@@ -436,7 +561,50 @@ def test_delete_then_404_and_gone_from_redis(api: Api) -> None:
 
 def test_unknown_timer_and_unknown_route_are_404(api: Api) -> None:
     assert api.call("GET", "/v1/timers/tmr_nope").error_code == "not_found"
-    assert api.call("GET", "/v1/nothing-here").status == 404
+    for tenant in ("acme", None):  # an unknown route needs no key to be told so
+        for method, path in [
+            ("GET", "/v1/nothing-here"),
+            ("POST", "/v1/timers/a/b/c"),
+            ("GET", "/v2/timers"),
+            ("DELETE", "/"),
+        ]:
+            event = apigw.event(method, path)
+            assert event["routeKey"] == "$default"  # what the HTTP API sends the catch-all
+            reply = api.call(method, path, tenant=tenant)
+            assert (reply.status, reply.error_code) == (404, "not_found"), (method, path)
+            assert reply.body["error"]["details"] == []
+            assert "allow" not in reply.headers
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("PUT", "/v1/timers", "GET, POST"),
+        ("DELETE", "/v1/timers", "GET, POST"),
+        ("POST", "/v1/timers/tmr_x", "GET, PATCH, DELETE"),
+        ("PUT", "/v1/timers/tmr_x", "GET, PATCH, DELETE"),
+        ("GET", "/v1/timers/tmr_x/pause", "POST"),
+        ("DELETE", "/v1/timers/tmr_x/fires", "GET"),
+        ("POST", "/v1/tenant", "GET"),
+        ("HEAD", "/v1/health", "GET"),
+        ("OPTIONS", "/v1/openapi.json", "GET"),
+        ("TRACE", "/v1/schedule-preview", "POST"),
+        ("BREW", "/v1/timers", "GET, POST"),
+    ],
+)
+def test_a_method_a_path_does_not_serve_is_405_with_allow(
+    api: Api, method: str, path: str, allow: str
+) -> None:
+    for tenant in ("acme", None):  # like a 404: no key needed
+        event = apigw.event(method, path)
+        assert event["routeKey"] == "$default"
+        reply = api.call(method, path, tenant=tenant, body=bad())
+        assert (reply.status, reply.error_code) == (405, "method_not_allowed"), reply.body
+        assert reply.headers["allow"] == allow
+        assert reply.body["error"]["details"] == []
+        assert method in reply.body["error"]["message"]
+        assert allow in reply.body["error"]["message"]
+    assert timer_count(api) == 0
 
 
 # ---------------------------------------------------------------- tenants are walled off
@@ -572,17 +740,47 @@ def test_rate_limited_reply_has_the_contract_body(api: Api) -> None:
 # ---------------------------------------------------------------- events/ samples
 
 
-@pytest.mark.parametrize("path", sorted(EVENTS.glob("api-*.json")), ids=lambda p: p.stem)
+SAMPLES = sorted(EVENTS.glob("api-*.json"))
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
 def test_sample_events_run_through_the_handler(api: Api, path: Path) -> None:
     """events/api-*.json are what `sam local invoke ApiFunction -e` sends; they must work."""
     event = json.loads(path.read_text())
-    headers = event.get("headers") or {}
-    if "x-api-key" in headers:
-        headers["x-api-key"] = api.keys["acme"]
-        event["multiValueHeaders"]["x-api-key"] = [api.keys["acme"]]
-    if event["pathParameters"]:
+    if "x-api-key" in event["headers"]:
+        event["headers"]["x-api-key"] = api.keys["acme"]
+    if "pathParameters" in event:
         timer = api.create(schedule={"type": "every", "seconds": 60})
-        event["path"] = event["path"].replace("tmr_example", timer["id"])
+        for part in (event, event["requestContext"]["http"]):
+            key = "rawPath" if part is event else "path"
+            part[key] = part[key].replace("tmr_example", timer["id"])
         event["pathParameters"]["id"] = timer["id"]
     reply = api.send(event)
     assert reply.status < 300, (path.name, reply.body)
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
+def test_sample_events_are_what_the_gateway_builds(path: Path) -> None:
+    """The samples are payload format 2.0 events as the HTTP API (and the local stack's
+    gateway, through the same builder) makes them for the template's route."""
+    sample = json.loads(path.read_text())
+    context = sample["requestContext"]
+    method, raw_path = context["http"]["method"], sample["rawPath"]
+    route, params = apigw.stack().route(method, raw_path) or (None, None)
+    assert route is not None and not route.is_default, path.name
+    body = sample.get("body")
+    built = proxy_event(
+        method,
+        raw_path,
+        route_key=route.key,
+        path_params=params,
+        stage=route.stage,
+        headers=list(sample["headers"].items()),
+        query=sample["rawQueryString"],
+        body=body.encode() if body else None,
+        source_ip=context["http"]["sourceIp"],
+        now=context["timeEpoch"] / 1000,
+    )
+    built["requestContext"].update(requestId=context["requestId"], apiId=context["apiId"])
+    assert sample == built
+    assert sample["routeKey"] == context["routeKey"] == f"{method} {route.path}"

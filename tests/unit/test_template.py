@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import fields
 from typing import Any
 
@@ -83,3 +84,54 @@ def test_every_setting_is_configured_by_the_template() -> None:
     for props in FUNCTIONS.values():
         env.update(props.get("Environment", {}).get("Variables", {}))
     assert {f.name.upper() for f in fields(Settings)} <= set(env)
+
+
+def test_ingress_is_an_http_api_with_a_catch_all_route_to_the_api_function() -> None:
+    assert template.resources("AWS::Serverless::Api") == {}  # no REST API left
+    api = template.resources("AWS::Serverless::HttpApi")["TimersApi"]
+    assert api["StageName"] == "$default"
+    throttle = api["DefaultRouteSettings"]
+    assert throttle["ThrottlingRateLimit"] == template.Tag("Ref", "ApiThrottleRateLimit")
+    assert throttle["ThrottlingBurstLimit"] == template.Tag("Ref", "ApiThrottleBurstLimit")
+    events = FUNCTIONS["ApiFunction"]["Events"]
+    assert {e["Type"] for e in events.values()} == {"HttpApi"}
+    assert all(
+        e["Properties"]["ApiId"] == template.Tag("Ref", "TimersApi") for e in events.values()
+    )
+    catch_all = [e["Properties"] for e in events.values() if e["Properties"]["Path"] == "$default"]
+    assert [p["Method"] for p in catch_all] == ["ANY"]
+    url = template.load()["Outputs"]["ApiUrl"]["Value"]
+    assert url.value == "https://${TimersApi}.execute-api.${AWS::Region}.amazonaws.com/v1"
+
+
+def _template_routes() -> set[tuple[str, str]]:
+    events = FUNCTIONS["ApiFunction"]["Events"].values()
+    return {
+        (e["Properties"]["Method"].upper(), e["Properties"]["Path"])
+        for e in events
+        if e["Properties"]["Path"] != "$default"
+    }
+
+
+def test_the_template_routes_are_exactly_the_openapi_documents_operations() -> None:
+    from functions.api import app
+
+    paths = app.openapi_schema().model_dump(by_alias=True, exclude_none=True)["paths"]
+    documented = {
+        (method.upper(), re.sub(r"\{\w+\}", "{id}", path))
+        for path, item in paths.items()
+        for method in item
+    }
+    assert documented == _template_routes()
+
+
+def test_the_functions_route_table_serves_exactly_the_template_routes() -> None:
+    from functions.api import app
+
+    by_path: dict[str, set[str]] = {}
+    for method, path in _template_routes():
+        by_path.setdefault(path.replace("{id}", "tmr_x"), set()).add(method)
+    for path, methods in by_path.items():
+        assert set(app.route_methods(path)) == methods, path
+    assert app.route_methods("/v1/timers/tmr_x/nope") == {}
+    assert app.route_methods("/v1") == {}
