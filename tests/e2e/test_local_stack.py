@@ -148,15 +148,29 @@ def test_two_tenants_fire_on_time_cancelled_never_fires_every_second_repeats(
     assert {t["id"] for t in listing["items"]} == {b_once["id"], b_every["id"]}
 
 
-def test_the_gateway_maps_requests_and_errors_as_api_gateway_does(stack: RunningStack) -> None:
+def test_the_gateway_maps_requests_and_errors_as_an_http_api_does(stack: RunningStack) -> None:
     status, body, headers = stack.request("GET", "/health")
     assert (status, body) == (200, {"status": "ok"})
-    assert headers.get("x-amzn-RequestId")
-    # An unknown route gets the template's gateway response (the contract's 404 body).
-    status, body, _ = stack.request("GET", "/nope", key=DEMO_KEY)
-    assert (status, body["error"]["code"]) == (404, "not_found")
-    status, body, _ = stack.request("PUT", "/timers", key=DEMO_KEY)
-    assert (status, body["error"]["code"]) == (404, "not_found")
+    assert headers.get("apigw-requestid")
+    # Unknown routes and methods reach the function through the $default route, and get the
+    # contract's error body; no key is needed to learn that a route does not exist.
+    for key in (DEMO_KEY, None):
+        status, body, headers = stack.request("GET", "/nope", key=key)
+        assert (status, body["error"]["code"]) == (404, "not_found")
+        assert "allow" not in headers
+        status, body, headers = stack.request("PUT", "/timers", key=key, body={})
+        assert (status, body["error"]["code"]) == (405, "method_not_allowed")
+        assert headers["allow"] == "GET, POST"
+        assert body["error"]["details"] == []
+    # Any method reaches the routing: TRACE gets the contract's body, not an HTML 501 page.
+    status, body, headers = stack.request("TRACE", "/timers/tmr_x", key=DEMO_KEY)
+    assert (status, body["error"]["code"]) == (405, "method_not_allowed"), body
+    assert headers["allow"] == "GET, PATCH, DELETE"
+    assert headers["content-type"] == "application/json"
+    status, body, _ = stack.request("TRACE", "/nope")
+    assert (status, body["error"]["code"]) == (404, "not_found"), body
+    status, _, headers = stack.request("HEAD", "/health")
+    assert (status, headers["allow"]) == (405, "GET")
     # Bad input: the contract's error body, from the function.
     status, body, _ = stack.request("POST", "/timers", key=DEMO_KEY, raw=b"{not json")
     assert (status, body["error"]["code"]) == (400, "validation_error")
@@ -164,11 +178,31 @@ def test_the_gateway_maps_requests_and_errors_as_api_gateway_does(stack: Running
     assert (status, body["error"]["code"]) == (400, "validation_error")
     status, body, _ = stack.request("GET", "/timers", key="tk_wrong")
     assert (status, body["error"]["code"]) == (401, "unauthorized")
-    # Query strings reach the function: limit=1 pages.
-    for _ in range(2):
-        stack.request(
-            "POST", "/timers", key=DEMO_KEY, body={"schedule": {"type": "every", "seconds": 3600}}
+    # A body that is not JSON is 415 (curl -d without -H sends a form), a body without any
+    # Content-Type is read as JSON.
+    timer = {"schedule": {"type": "every", "seconds": 3600}, "name": "untyped"}
+    for content_type in ("text/plain", "application/x-www-form-urlencoded"):
+        status, body, _ = stack.request(
+            "POST", "/timers", key=DEMO_KEY, body=timer, content_type=content_type
         )
+        assert (status, body["error"]["code"]) == (415, "unsupported_media_type")
+        assert "Content-Type: application/json" in body["error"]["message"]
+    status, created, _ = stack.request(
+        "POST", "/timers", key=DEMO_KEY, body=timer, content_type=None
+    )
+    assert (status, created["name"]) == (201, "untyped")
+    status, body, _ = stack.request(
+        "PATCH",
+        f"/timers/{created['id']}",
+        key=DEMO_KEY,
+        body={"name": "changed"},
+        content_type="text/plain",
+    )
+    assert (status, body["error"]["code"]) == (415, "unsupported_media_type")
+    status, body, _ = stack.request("GET", f"/timers/{created['id']}", key=DEMO_KEY)
+    assert (status, body["name"]) == (200, "untyped")
+    # Query strings reach the function: limit=1 pages.
+    stack.request("POST", "/timers", key=DEMO_KEY, body=timer)
     status, page, _ = stack.request("GET", "/timers?limit=1&status=active", key=DEMO_KEY)
     assert status == 200 and len(page["items"]) == 1 and page["next_cursor"]
     status, body, _ = stack.request("GET", "/openapi.json")

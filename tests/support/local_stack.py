@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import queue
@@ -10,11 +11,10 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ops.ports import free_port
 from ops.template import ROOT
@@ -138,19 +138,30 @@ class RunningStack:
         body: Any = None,
         raw: bytes | None = None,
         headers: dict[str, str] | None = None,
+        content_type: str | None = "application/json",
     ) -> tuple[int, Any, dict[str, str]]:
-        """One HTTP call to the API: status, parsed JSON body (or None), headers."""
+        """One HTTP call to the API, with exactly these headers (``content_type`` None sends
+        no Content-Type): status, the body parsed as JSON (None if empty, the text if it is not
+        JSON), headers with lower-case names."""
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        hdrs = {"Content-Type": "application/json", **(headers or {})}
+        hdrs = {"Content-Type": content_type} if content_type else {}
+        hdrs |= headers or {}
         if key:
             hdrs["x-api-key"] = key
-        req = urllib.request.Request(self.api + path, data=data, method=method, headers=hdrs)
+        url = urlsplit(self.api + path)
+        conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=30)
         try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                status, text, got = resp.status, resp.read(), dict(resp.headers)
-        except urllib.error.HTTPError as err:
-            status, text, got = err.code, err.read(), dict(err.headers)
-        return status, (json.loads(text) if text else None), got
+            conn.request(method, url.path + (f"?{url.query}" if url.query else ""), data, hdrs)
+            resp = conn.getresponse()
+            status, text = resp.status, resp.read()
+            got = {name.lower(): value for name, value in resp.getheaders()}
+        finally:
+            conn.close()
+        try:
+            parsed = json.loads(text) if text else None
+        except ValueError:
+            parsed = text.decode(errors="replace")
+        return status, parsed, got
 
 
 def start_stack(state_dir: Path, **env: str) -> RunningStack:
