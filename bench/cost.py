@@ -95,7 +95,7 @@ PRICES: dict[str, dict[str, Any]] = {
     "sqs_request": _p(0.40e-6, "standard queue request (each 64 KB chunk)"),
     "lambda_request": _p(0.20e-6, "invocation"),
     "lambda_gb_second_arm64": _p(0.0000133334, "GB-second, arm64"),
-    "api_gateway_rest_request": _p(3.50e-6, "REST API request (first 333 M a month)"),
+    "api_gateway_http_request": _p(1.00e-6, "HTTP API request, per 512 KB (first 300 M a month)"),
     "elasticache_serverless_valkey_ecpu": _p(0.0023e-6, "ECPU"),
     "elasticache_serverless_valkey_storage_gb_hour": _p(0.084, "GB-hour, 100 MB minimum"),
     "vpc_interface_endpoint_hour": _p(0.01, "endpoint per AZ per hour"),
@@ -574,14 +574,14 @@ class Stack:
             )
 
     def create(self, body: dict[str, Any]) -> str:
-        """POST /v1/timers through API Gateway's proxy event and the api handler."""
+        """POST /v1/timers through the HTTP API's event (payload format 2.0) and the api
+        handler."""
         event = copy.deepcopy(self._create_event)
-        headers = {"Content-Type": "application/json", "Host": "api.example.com"}
+        headers = {"content-type": "application/json", "host": "api.example.com"}
         headers["x-api-key"] = self.api_key
         event["headers"] = headers
-        event["multiValueHeaders"] = {k: [v] for k, v in headers.items()}
         event["body"] = json.dumps(body)
-        event["requestContext"]["requestTimeEpoch"] = self.clock()
+        event["requestContext"]["timeEpoch"] = self.clock()
         self.meter.add("apigw.requests")
         result = api_app.handler(event, self._lambda("api", 10))
         if result["statusCode"] != 201:
@@ -818,7 +818,7 @@ def fire_dollars(per_fire: dict[str, float], mem: dict[str, float]) -> dict[str,
         "sqs": per_fire.get("sqs.requests", 0) * price("sqs_request"),
         "lambda_requests": invocations * price("lambda_request"),
         "lambda_duration": gb_s * price("lambda_gb_second_arm64"),
-        "api_gateway": per_fire.get("apigw.requests", 0) * price("api_gateway_rest_request"),
+        "api_gateway": per_fire.get("apigw.requests", 0) * price("api_gateway_http_request"),
         "elasticache_ecpu": per_fire.get("redis.commands", 0)
         * ASSUMPTIONS["ecpu_per_command"]
         * price("elasticache_serverless_valkey_ecpu"),
