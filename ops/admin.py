@@ -2,10 +2,12 @@
 
     tenant create NAME [--api-key KEY]   create the tenant, its callback queue and a key
     key add NAME                         issue another key
-    key revoke KEY                       revoke a key (it stops working at once)
+    key revoke KEY                       revoke a key (refused within 30 s: api instances
+                                         remember a key's tenant that long)
     queue allow NAME QUEUE_URL           let NAME target an extra queue
     queue disallow NAME QUEUE_URL        take that back
     tenant show NAME                     print the tenant
+    tenant spread NAME BUCKETS           how many buckets NAME's new timers share (default 8)
 
 The target is the local stack (``ENV=local``, default: the running ``make run``, else
 ``AWS_PORT``, default 4566) or the deployed stack named in samconfig.toml (``ENV=aws``), whose
@@ -30,7 +32,7 @@ from ops.local import state as local_state
 from ops.local.spec import samconfig
 from ops.offline import LOCAL_CREDENTIALS
 from ops.template import local_settings
-from timers import tenants
+from timers.adapters import tenants
 from timers.config import Settings
 from timers.core.errors import DomainError, NotFound
 
@@ -72,7 +74,8 @@ def aws_target() -> Target:
         os.environ["AWS_DEFAULT_REGION"] = region
     settings = Settings(
         timers_table=outputs["TimersTableName"],
-        fires_table=outputs["FiresTableName"],
+        claims_table=outputs["ClaimsTableName"],
+        wakeups_table=outputs["WakeupsTableName"],
         tenants_table=outputs["TenantsTableName"],
         idempotency_table=outputs["IdempotencyTableName"],
         tenant_queue_prefix=outputs["TenantQueuePrefix"],
@@ -108,7 +111,11 @@ def run(target: Target, argv: Sequence[str]) -> dict[str, Any]:
             return {
                 **tenants.summary(tenant),
                 "allowed_queue_urls": sorted(tenant.allowed_queue_urls),
+                "spread": tenant.spread,
             }
+        case ("tenant", "spread"):
+            tenant = tenants.set_spread(args.name, args.buckets)
+            return {"tenant": tenant.name, "spread": tenant.spread}
         case ("key", "add"):
             return {"tenant": args.name, "api_key": tenants.add_key(args.name, now_ms())}
         case ("key", "revoke"):
@@ -134,6 +141,9 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("name")
     create.add_argument("--api-key", help="register this key instead of generating one")
     tenant.add_parser("show").add_argument("name")
+    spread = tenant.add_parser("spread", help="how many buckets the tenant's new timers share")
+    spread.add_argument("name")
+    spread.add_argument("buckets", type=int)
     key = nouns.add_parser("key").add_subparsers(dest="verb", required=True)
     key.add_parser("add").add_argument("name")
     key.add_parser("revoke").add_argument("api_key")

@@ -99,7 +99,8 @@ def create_queues(sqs: Any) -> None:
 
 TABLE_SETTINGS = {
     "TimersTable": "timers_table",
-    "FiresTable": "fires_table",
+    "ClaimsTable": "claims_table",
+    "WakeupsTable": "wakeups_table",
     "TenantsTable": "tenants_table",
     "IdempotencyTable": "idempotency_table",
 }

@@ -29,10 +29,10 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from timers import http_models as m
+from timers.adapters.tenants import Tenant, summary
 from timers.core.errors import DomainError, FieldError, PayloadTooLarge, RateLimited, Unauthorized
 from timers.core.timer import STATUSES, serialize_payload
-from timers.runtime import Runtime, build_runtime
-from timers.tenants import Tenant, summary
+from timers.runtime import DAY_MS, Runtime, build_runtime
 
 logger = Logger()
 tracer = Tracer()
@@ -115,7 +115,8 @@ def openapi() -> Response[str]:
 
 @app.get("/v1/tenant", responses=ERRORS, summary="Who am I")
 def who_am_i() -> m.TenantOut:
-    return m.TenantOut(**summary(tenant()))
+    retention_days = runtime().service.retention_ms // DAY_MS
+    return m.TenantOut(**summary(tenant()), retention_days=retention_days)
 
 
 @app.post("/v1/timers", responses=BODY_ERRORS, summary="Create a timer")
@@ -124,6 +125,19 @@ def create_timer(body: m.TimerCreate) -> Response[m.TimerOut]:
     spec = m.to_spec(body, serialize_payload(body.payload))
     view = runtime().service.create(tenant(), spec, key or None)
     return _json(HTTPStatus.CREATED, view)
+
+
+@app.post(
+    "/v1/timers:batch",
+    responses=BODY_ERRORS,
+    summary="Create up to 100 timers at once, all or nothing",
+)
+def create_timers(body: m.TimerBatchIn) -> Response[m.TimerBatchOut]:
+    key = app.current_event.headers.get("Idempotency-Key")
+    specs = [m.to_spec(t, serialize_payload(t.payload, f"timers[{i}].payload"))
+             for i, t in enumerate(body.timers)]  # fmt: skip
+    views = runtime().service.create_batch(tenant(), specs, key or None)
+    return _json(HTTPStatus.CREATED, {"items": views})
 
 
 @app.get("/v1/timers", responses=ERRORS, summary="List timers")
@@ -273,15 +287,20 @@ def _field_error(error: dict[str, Any]) -> FieldError:
     loc = [str(part) for part in error.get("loc", ())]
     if loc and loc[0] in {"body", "query", "path", "header"}:
         loc = loc[1:]
-    if len(loc) >= 2 and loc[0] == "schedule" and loc[1] in _UNION_TAGS:
-        loc = [loc[0], *loc[2:]]  # drop the discriminated union's tag
-    loc = [p for p in loc if not p.isdigit() or loc[0] != "body"]
+    parts: list[str] = []
+    for i, part in enumerate(loc):
+        if part in _UNION_TAGS and i > 0 and loc[i - 1] == "schedule":
+            continue  # the discriminated union's tag
+        if part.isdigit() and parts:
+            parts[-1] += f"[{part}]"  # timers[3].schedule
+        else:
+            parts.append(part)
     if error.get("type") == "json_invalid":
         return FieldError("body", "malformed JSON")
     message = str(error.get("msg") or error.get("type", "invalid value"))
     if error.get("type") == "extra_forbidden":
         message = "unknown field"
-    return FieldError(".".join(loc) or "body", message)
+    return FieldError(".".join(parts) or "body", message)
 
 
 @cache

@@ -1,5 +1,6 @@
-"""Fan-out (EventBridge, every minute): tick each second, async-invoke the trigger per due
-bucket. Thin: wire, compute the run's deadline, run, report. The loop: ``timers.fanout``."""
+"""Fan-out (EventBridge, every minute): for a minute, start each bucket's trigger run shortly
+before its earliest member falls due. Thin: wire, compute the run's deadline, run, report once.
+The loop: ``timers.fanout``."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from functools import cache
 from typing import Any
 
 import boto3
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 
+from timers.adapters.redis_index import Lock, RedisIndex
 from timers.config import Settings
 from timers.fanout import (
     INVOKE_WORKERS,
@@ -22,15 +24,13 @@ from timers.fanout import (
     run_deadline,
     run_fanout,
 )
-from timers.redis_index import Lock, RedisIndex
 from timers.runtime import redis_client, wall_clock_ms
 
 logger = Logger()
 metrics = Metrics()
-tracer = Tracer()
 
-# Async invokes return at once; short timeouts and one retry keep a slow API from stalling a
-# tick past the lock TTL (work not invoked now stays due for the next tick).
+# Async invokes return at once; short timeouts and one retry keep a slow API from stalling the
+# polls (a run not started now is started by a later poll or the sweep).
 LAMBDA_CONFIG = Config(
     connect_timeout=1,
     read_timeout=2,
@@ -47,7 +47,6 @@ def deps() -> FanoutDeps:
     return FanoutDeps(
         index=RedisIndex(conn, settings.bucket_count),
         lock=Lock(conn, LOCK_KEY, LOCK_TTL_MS),
-        marker=conn,
         invoke=boto3.client("lambda", config=LAMBDA_CONFIG).invoke,
         trigger_function=settings.trigger_function_name,
         clock=wall_clock_ms,
@@ -56,20 +55,16 @@ def deps() -> FanoutDeps:
 
 
 @logger.inject_lambda_context
-@tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
     d = deps()
     start_ms = d.clock()
     deadline_ms = run_deadline(start_ms, context.get_remaining_time_in_millis())
     report = run_fanout(d, start_ms, deadline_ms)
+    count = MetricUnit.Count
+    metrics.add_metric(name="FanoutInvocations", unit=count, value=report.invocations)
+    metrics.add_metric(name="FanoutFailedInvocations", unit=count, value=report.failed_invocations)
+    metrics.add_metric(name="FanoutErrors", unit=count, value=report.errors)
     summary = report.summary()
-    metrics.add_metric(name="FanoutTicks", unit=MetricUnit.Count, value=report.ticks)
-    metrics.add_metric(name="FanoutSkipped", unit=MetricUnit.Count, value=report.skipped)
-    metrics.add_metric(name="FanoutInvocations", unit=MetricUnit.Count, value=report.invocations)
-    metrics.add_metric(
-        name="FanoutFailedInvocations", unit=MetricUnit.Count, value=report.failed_invocations
-    )
-    metrics.add_metric(name="FanoutTickErrors", unit=MetricUnit.Count, value=report.errors)
     logger.info("fanout run", extra={**summary, "start_ms": start_ms, "deadline_ms": deadline_ms})
     return summary

@@ -1,7 +1,7 @@
-"""Trigger (async-invoked by the fan-out per due bucket): fire one batch of the bucket.
+"""Trigger (async-invoked by the fan-out per bucket): fire the bucket's due positions on time.
 
-Thin: parse the event, wire the clients once per cold start, run, report. The fire path lives
-in ``timers.firing``.
+Thin: parse the event, wire the clients once per cold start, run with the invocation's
+deadline, report once. The fire path lives in ``timers.firing``.
 """
 
 from __future__ import annotations
@@ -12,83 +12,96 @@ from functools import cache
 from typing import Any
 
 import boto3
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 
+from timers.adapters.claims import ClaimStore
+from timers.adapters.redis_index import RedisIndex
 from timers.config import Settings
-from timers.firing import (
-    LAG_BUCKETS,
-    LAG_OVER,
-    SEND_WORKERS,
-    TriggerDeps,
-    TriggerReport,
-    run_trigger,
-)
-from timers.redis_index import RedisIndex
-from timers.runtime import redis_client, wall_clock_ms
-from timers.store import FireClaims, TimerStore, bind_tables
+from timers.firing import RunMarker, TriggerDeps, TriggerReport, run_trigger
+from timers.runtime import DAY_MS, redis_client, redis_time_ms, stores, wall_clock_ms
+from timers.sending import SEND_WORKERS
 
 logger = Logger()
 metrics = Metrics()
-tracer = Tracer()
 
 # The trigger retries SQS itself (bounded, with backoff, then records the fire failed), so the
 # client fails fast instead of stacking botocore's retries on top; one connection per lane.
+# These timeouts are the budgets in timers.firing (SQS_CALL_MS, DYNAMO_CALL_MS).
 SQS_CONFIG = Config(
     connect_timeout=1,
     read_timeout=3,
     retries={"max_attempts": 1, "mode": "standard"},
     max_pool_connections=SEND_WORKERS,
 )
+DYNAMO_CONFIG = Config(
+    connect_timeout=0.5,
+    read_timeout=1.5,
+    retries={"max_attempts": 2, "mode": "standard"},
+    max_pool_connections=16,
+)
 
 
 @dataclass(frozen=True)
 class TriggerEvent:
     bucket: int
-    tick_ms: int | None  # the fan-out tick that asked for this run
+    marker: RunMarker | None  # the fan-out's run marker (absent for a hand-made invoke)
+    at_ms: int | None  # when the fan-out asked
 
     @classmethod
     def parse(cls, event: dict[str, Any]) -> TriggerEvent:
-        bucket = event.get("bucket")
-        tick = event.get("tick_ms")
-        if isinstance(bucket, bool) or not isinstance(bucket, int) or bucket < 0:
-            raise ValueError(f"event needs a non-negative int 'bucket', got {bucket!r}")
-        return cls(bucket, tick if isinstance(tick, int) and not isinstance(tick, bool) else None)
+        bucket = _int(event.get("bucket"))
+        if bucket is None or bucket < 0:
+            raise ValueError(f"event needs a non-negative int 'bucket', got {event!r}")
+        slot, token = _int(event.get("slot")), event.get("token")
+        marker = RunMarker(slot, token) if slot is not None and isinstance(token, str) else None
+        return cls(bucket, marker, _int(event.get("at_ms")))
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 @cache
 def deps() -> TriggerDeps:
     """Clients and settings, built once per cold start (not at import)."""
     settings = Settings.from_env()
-    bind_tables(settings)
+    timers, _, _ = stores(settings)
+    claims = ClaimStore(
+        settings.claims_table,
+        settings.fire_retention_days,
+        boto3.client("dynamodb", config=DYNAMO_CONFIG),
+    )
+    conn = redis_client(settings)
     return TriggerDeps(
-        index=RedisIndex(redis_client(settings), settings.bucket_count),
+        index=RedisIndex(conn, settings.bucket_count),
+        claims=claims,
+        timers=timers,
         sqs=boto3.client("sqs", config=SQS_CONFIG),
-        timers=TimerStore(settings.due_shards),
-        fires=FireClaims(settings.fire_retention_days),
         clock=wall_clock_ms,
+        reference=lambda: redis_time_ms(conn),
         lookahead_ms=settings.lookahead_seconds * 1000,
+        retention_ms=settings.fire_retention_days * DAY_MS,
         sleep=time.sleep,
     )
 
 
 def emit_metrics(report: TriggerReport, invoke_delay_ms: int | None) -> None:
+    """One EMF block per run: the few numbers an operator alarms on."""
     count = MetricUnit.Count
     metrics.add_metric(name="FiresEnqueued", unit=count, value=report.enqueued)
     metrics.add_metric(name="FiresFailed", unit=count, value=report.failed)
-    metrics.add_metric(name="FiresSkipped", unit=count, value=report.skipped)
-    metrics.add_metric(name="MembersStale", unit=count, value=report.stale)
-    metrics.add_metric(name="FiresHeld", unit=count, value=report.held)
-    metrics.add_metric(name="LeasesReclaimed", unit=count, value=report.reclaimed)
-    buckets = report.lag_buckets()
-    for name in [name for _, name in LAG_BUCKETS] + [LAG_OVER]:
-        metrics.add_metric(name=f"FireLag_{name}", unit=count, value=buckets[name])
-    if report.lags_ms:  # one value per run: EMF caps a metric at 100 values
+    if report.lags_ms:
         metrics.add_metric(
             name="FireLagMaxMs", unit=MetricUnit.Milliseconds, value=max(report.lags_ms)
         )
+        late = sum(1 for lag in report.lags_ms if lag > 100)
+        metrics.add_metric(name="FiresLate", unit=count, value=late)
+    if report.refused or report.handed_back:
+        metrics.add_metric(name="FiresHandedBack", unit=count, value=report.handed_back)
+        metrics.add_metric(name="ClockRefusals", unit=count, value=report.refused)
     if invoke_delay_ms is not None:
         metrics.add_metric(
             name="InvokeDelayMs", unit=MetricUnit.Milliseconds, value=invoke_delay_ms
@@ -96,17 +109,16 @@ def emit_metrics(report: TriggerReport, invoke_delay_ms: int | None) -> None:
 
 
 @logger.inject_lambda_context
-@tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     request = TriggerEvent.parse(event)
     d = deps()
     started_ms = d.clock()
-    report = run_trigger(d, request.bucket)
-    delay = None if request.tick_ms is None else started_ms - request.tick_ms
+    report = run_trigger(d, request.bucket, context.get_remaining_time_in_millis(), request.marker)
+    delay = None if request.at_ms is None else started_ms - request.at_ms
     emit_metrics(report, delay)
     summary = report.summary()
     if report.failures:
-        logger.warning("fires failed", extra={"failures": report.failures[:20]})
+        summary["failures_sample"] = report.failures[:5]  # type: ignore[assignment]
     logger.info("trigger run", extra={**summary, "invoke_delay_ms": delay})
-    return summary
+    return report.summary()

@@ -17,7 +17,7 @@ from ops.local.context import LambdaContext
 from ops.template import local_settings
 from tests.support import apigw
 from tests.support.clock import FakeClock
-from timers import tenants
+from timers.adapters import tenants
 from timers.runtime import Runtime, build_runtime
 
 SETTINGS = local_settings()

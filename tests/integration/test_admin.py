@@ -6,7 +6,7 @@ import boto3
 import pytest
 
 from ops import admin
-from timers import tenants
+from timers.adapters import tenants
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +14,11 @@ import pytest
 from ops.local.apigw import proxy_event
 from tests.integration.api_harness import Api, make_api
 from tests.support import apigw
+from tests.support.chains import fire
 from tests.support.clock import T0, FakeClock
-from timers import tenants
+from timers.adapters import tenants
+from timers.core.chain import Member
 from timers.core.times import format_ms
-from timers.redis_index import bucket_of, member
-from timers.store import FireItem, timer_key
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 AT = format_ms(T0 + 3_600_000)  # an hour from the test clock's now
@@ -33,14 +32,20 @@ def api(
 
 
 def indexed(api: Api) -> set[str]:
-    """Every occurrence in Redis, due or leased."""
+    """Every position in Redis, due or leased."""
     conn = api.runtime.redis
     return {
         m
-        for key in conn.scan_iter("tq:*")
-        if conn.type(key) == "zset"
+        for pattern in ("tq:*:due", "tq:*:lease")
+        for key in conn.scan_iter(pattern)
         for m in conn.zrange(key, 0, -1)
     }
+
+
+def stored(api: Api, timer_id: str, tenant: str = "acme") -> Any:
+    timer = api.runtime.service.timers.get(tenant, timer_id)
+    assert timer is not None
+    return timer
 
 
 def timer_count(api: Api, tenant: str = "acme") -> int:
@@ -78,6 +83,7 @@ def test_openapi_declares_405_everywhere_and_415_where_a_body_is_taken(api: Api)
                 with_body.add(f"{method.upper()} {path}")
     assert with_body == {
         "POST /v1/timers",
+        "POST /v1/timers:batch",
         "PATCH /v1/timers/{timer_id}",
         "POST /v1/schedule-preview",
     }
@@ -97,7 +103,11 @@ def test_revoked_key_is_401(api: Api) -> None:
 
 def test_tenant_is_whoever_the_key_belongs_to(api: Api) -> None:
     reply = api.call("GET", "/v1/tenant", tenant="globex")
-    assert reply.body == {"tenant": "globex", "callback_queue_url": api.queues["globex"]}
+    assert reply.body == {
+        "tenant": "globex",
+        "callback_queue_url": api.queues["globex"],
+        "retention_days": 30,
+    }
 
 
 # ---------------------------------------------------------------- create
@@ -142,10 +152,9 @@ def test_at_up_to_five_minutes_in_the_past_fires_immediately(api: Api) -> None:
 
 def test_create_puts_a_soon_due_timer_straight_into_redis(api: Api) -> None:
     timer = api.create(schedule={"type": "after", "seconds": 3})
-    index = api.runtime.service.index
-    bucket = bucket_of(timer["id"], api.runtime.settings.bucket_count)
-    due = api.runtime.redis.zrange(index.keys(bucket).due, 0, -1, withscores=True)  # type: ignore[union-attr]
-    assert due == [(member("acme", timer["id"], T0 + 3000), float(T0 + 3000))]
+    bucket = stored(api, timer["id"]).bucket
+    due = api.runtime.redis.zrange(f"tq:{{b{bucket}}}:due", 0, -1, withscores=True)
+    assert due == [(str(Member("acme", timer["id"], T0 + 3000, 1, 0)), float(T0 + 3000))]
 
 
 def test_far_future_timer_is_left_to_the_migrator(api: Api) -> None:
@@ -358,6 +367,7 @@ def test_only_registered_queues_may_be_targeted(api: Api) -> None:
     other = boto3.client("sqs").create_queue(QueueName="acme-extra")["QueueUrl"]
     assert api.call("POST", "/v1/timers", body=bad(target={"queue_url": other})).status == 400
     tenants.allow_queue("acme", other)
+    api.clock.advance(tenants.AUTH_CACHE_MS)  # an api instance re-reads its tenants that often
     assert api.create(**bad(target={"queue_url": other}))["target"]["queue_url"] == other
     # another tenant's callback queue is never a valid target
     theirs = bad(target={"queue_url": api.queues["globex"]})
@@ -468,22 +478,21 @@ def test_patch_recomputes_the_next_fire(api: Api) -> None:
 
 
 def fired(api: Api, timer_id: str, times: int) -> None:
-    """Record fires the way the trigger does (its own tests cover how it gets there)."""
-    store = api.runtime.service.timers
-    timer = store.get("acme", timer_id)
-    assert timer is not None
-    store.put(replace(timer, fire_count=timer.fire_count + times))
+    """Claim and record fires the way the trigger does (its own tests cover how)."""
+    fire(api.runtime.service.claims, stored(api, timer_id), times)
 
 
 def test_lowering_max_fires_to_what_already_fired_completes(api: Api) -> None:
     timer = api.create(schedule={"type": "every", "seconds": 60}, max_fires=5)
-    fired(api, timer["id"], 2)
+    fired(api, timer["id"], 2)  # at 10:01 and 10:02
+    api.clock.advance(150_000)
     reply = api.call("PATCH", f"/v1/timers/{timer['id']}", body={"max_fires": 2})
     assert reply.body["status"] == "completed"
     assert reply.body["next_fire_at"] is None
     again = api.call("PATCH", f"/v1/timers/{timer['id']}", body={"max_fires": 3})
     assert again.body["status"] == "active"  # raised again: it has a fire left
-    assert again.body["next_fire_at"] == "2026-11-21T10:01:00.000Z"
+    assert again.body["next_fire_at"] == "2026-11-21T10:03:00.000Z"  # after 10:01 and 10:02
+    assert again.body["fire_count"] == 2
 
 
 def test_patch_that_leaves_no_fire_at_all_is_400(api: Api) -> None:
@@ -530,12 +539,11 @@ def test_resume_with_fire_once_catches_up_once(api: Api) -> None:
 
 def test_paused_timer_leaves_redis_and_returns_on_resume(api: Api) -> None:
     timer = api.create(schedule={"type": "after", "seconds": 30})
-    occurrence = member("acme", timer["id"], T0 + 30_000)
-    assert indexed(api) == {occurrence}
+    assert indexed(api) == {str(Member("acme", timer["id"], T0 + 30_000, 1, 0))}
     api.call("POST", f"/v1/timers/{timer['id']}/pause")
     assert indexed(api) == set()
-    api.call("POST", f"/v1/timers/{timer['id']}/resume")
-    assert indexed(api) == {occurrence}
+    api.call("POST", f"/v1/timers/{timer['id']}/resume")  # a new revision: rev 3
+    assert indexed(api) == {str(Member("acme", timer["id"], T0 + 30_000, 3, 0))}
 
 
 def test_completed_timer_cannot_be_paused_or_resumed(api: Api) -> None:
@@ -642,16 +650,7 @@ def test_lists_show_only_the_callers_timers(api: Api) -> None:
 
 def test_fires_newest_first_with_pagination(api: Api) -> None:
     timer = api.create(schedule={"type": "every", "seconds": 60})
-    for i in range(3):
-        due = T0 + 60_000 * (i + 1)
-        FireItem(
-            f"{timer['id']}:{due}",
-            timer_key=timer_key("acme", timer["id"]),
-            scheduled_ms=due,
-            status="enqueued",
-            enqueued_ms=due + 40,
-            lag_ms=40,
-        ).save()
+    fire(api.runtime.service.claims, stored(api, timer["id"]), 3, lag_ms=40)
     first = api.call("GET", f"/v1/timers/{timer['id']}/fires", query={"limit": "2"}).body
     assert [f["scheduled_at"] for f in first["items"]] == [
         "2026-11-21T10:03:00.000Z",

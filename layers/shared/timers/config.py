@@ -10,7 +10,8 @@ from dataclasses import dataclass, fields
 @dataclass(frozen=True)
 class Settings:
     timers_table: str = "timers"
-    fires_table: str = "fires"
+    claims_table: str = "claims"
+    wakeups_table: str = "wakeups"
     tenants_table: str = "tenants"
     idempotency_table: str = "idempotency"
     redis_url: str = "redis://127.0.0.1:6390/0"

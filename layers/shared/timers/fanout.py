@@ -1,25 +1,22 @@
-"""Fan-out: tick on every second boundary and async-invoke the trigger for each bucket with work.
+"""Fan-out: start each bucket's trigger run shortly before its earliest member falls due.
 
-EventBridge starts a fan-out every minute; each run ticks for a little over a minute, so the
-runs overlap and a late start leaves no gap. Exactly one run ticks at a time:
+EventBridge starts a fan-out every minute; each run goes on for a little over a minute, so
+runs overlap and a late start leaves no gap. One run at a time holds an owner-token ``Lock``
+and dispatches; the others wait for it to lapse or be released.
 
-- The holder of a ``Lock`` (owner token, ``LOCK_TTL_MS``) ticks; it renews on every tick and
-  releases when its window ends. Every other run tries to acquire on every tick, so it takes
-  over at the next boundary after a release, or after the TTL when the holder died.
-- The holder writes the boundary it ticks to a marker key before ticking; a run that has just
-  acquired the lock skips boundaries up to the marker, so the boundary at which the previous
-  holder released is not ticked twice.
+Every POLL_MS the holder reads the hints (bucket -> lower bound of its earliest due member,
+lowered by every adder) due within LEAD_MS. For each such bucket, smallest backlog first, it
+wants ``ceil(backlog / PER_TRIGGER)`` runs (at most MAX_PARALLEL) and starts each whose run
+marker it can set (``SET NX``, START_TTL_MS until the run extends it), then removes the hint if
+nobody lowered it meanwhile. A run re-hints its bucket when it ends, after clearing its marker,
+so every member has a hint or a run that will see it; every SWEEP_MS a backstop sweep re-hints
+every bucket from Redis itself (a lost invocation, a killed run).
 
-The lock only avoids duplicate invocations; correctness never rests on it. Two triggers on one
-bucket lease disjoint members, a late tick covers everything due by its time (``score <= now``),
-so a skipped or doubled tick costs latency or an idle invocation, never a fire.
-
-Per tick: one pipelined ``due_counts`` over all buckets, then one async trigger invocation per
-``PER_TRIGGER`` due members of each bucket with work (``ceil(count / PER_TRIGGER)``), invoked
-from a small thread pool so a busy second does not overrun the tick.
+Correctness never rests on the lock or the markers: runs on one bucket lease disjoint members,
+and a run covers everything leasable when it looks. They only avoid idle invocations.
 
 The loop is a generator that yields the instant it wants to wake at, so ``run_fanout`` sleeps
-with the injected sleeper while tests can interleave several runs on one fake clock.
+with the injected sleeper while tests interleave runs on one fake clock.
 """
 
 from __future__ import annotations
@@ -28,42 +25,47 @@ import json
 import logging
 import math
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from timers.firing import BATCH_LIMIT
-
 logger = logging.getLogger(__name__)
 
-TICK_MS = 1_000
-# A live holder renews every TICK_MS and a tick (one Redis round trip plus parallel async
-# invokes with short client timeouts) takes well under a second, so the lock never lapses under
-# a live holder; a dead holder's lock expires within two ticks and the next boundary is ticked
-# by another run. A lapse under load only hands over the ticking (the marker prevents doubles).
-LOCK_TTL_MS = 2_000
+POLL_MS = 25
+LEAD_MS = 200
+"""A run is started this long before its bucket's earliest due member: an async invoke and a
+warm start (~20-50 ms in AWS), a lease and a claim, with room to spare. The trigger then waits
+for the due instant itself."""
+SWEEP_MS = 1_000
+PER_TRIGGER = 250
+"""Backlog per concurrent run of one bucket: what a run sends in well under a second."""
+MAX_PARALLEL = 8
+START_TTL_MS = 5_000
+"""A started run's marker lives this long until the run extends it to its own deadline: an
+invocation that never starts frees its bucket after this."""
 LOCK_KEY = "tq:{fanout}:lock"
-MARKER_KEY = "tq:{fanout}:ticked"
-MARKER_TTL_MS = 10 * 60_000  # outlives any run; it only has to bridge a hand-over
-# One trigger invocation per this many due members of a bucket: what a trigger leases per round.
-PER_TRIGGER = BATCH_LIMIT
-# Concurrent async invokes per tick: an Event invoke returns in ~10-50 ms, so 16 workers issue
-# several hundred a second.
+LOCK_TTL_MS = 2_000
+LOCK_RENEW_MS = 500
 INVOKE_WORKERS = 16
-# A run ticks for at most this long: a minute plus slack, so the next minute's run (EventBridge
-# may start it a few seconds late) overlaps it instead of leaving a gap.
 MAX_RUN_MS = 70_000
-# Kept free before the Lambda timeout: finish the last tick, release the lock, return.
+"""A minute plus slack: the next minute's run (EventBridge may start it a few seconds late)
+overlaps this one instead of leaving a gap."""
 STOP_MARGIN_MS = 5_000
 
 
-class IndexPort(Protocol):
+class DispatchIndex(Protocol):
     """The part of ``RedisIndex`` the fan-out uses."""
 
     bucket_count: int
 
-    def due_counts(self, buckets: Sequence[int], now_ms: int) -> dict[int, int]: ...
+    def hints_until(self, until_ms: int, limit: int = 10_000) -> list[tuple[int, int]]: ...
+    def backlog(self, buckets: Sequence[int], until_ms: int, now_ms: int) -> dict[int, int]: ...
+    def take_hint(self, bucket: int, hint_ms: int) -> bool: ...
+    def rehint(self, bucket: int) -> int | None: ...
+    def sweep(self) -> dict[int, int]: ...
+    def start_run(self, bucket: int, slot: int, token: str, ttl_ms: int) -> bool: ...
+    def end_run(self, bucket: int, slot: int, token: str) -> bool: ...
 
 
 class LockPort(Protocol):
@@ -72,73 +74,41 @@ class LockPort(Protocol):
     def release(self, token: str) -> bool: ...
 
 
-class MarkerPort(Protocol):
-    """The Redis commands the tick marker uses."""
-
-    def get(self, name: str) -> Any: ...
-    def set(self, name: str, value: str, *, px: int | None = None) -> Any: ...
-
-
 @dataclass(frozen=True)
 class FanoutDeps:
-    index: IndexPort
+    index: DispatchIndex
     lock: LockPort
-    marker: MarkerPort
     invoke: Callable[..., Any]  # boto3 Lambda client's ``invoke`` (or a test recorder's)
     trigger_function: str
     clock: Callable[[], int]  # epoch ms
     sleep: Callable[[float], None]  # seconds
-    per_trigger: int = PER_TRIGGER
-    invoke_workers: int = INVOKE_WORKERS
-    new_token: Callable[[], str] = field(default=lambda: uuid.uuid4().hex)
+    new_token: Callable[[], str] = field(default=lambda: uuid.uuid4().hex[:12])
 
 
 @dataclass
 class FanoutReport:
-    ticked: list[int] = field(default_factory=list)  # boundaries this run ticked
-    skipped: int = 0  # boundaries another run held the lock for
-    due: int = 0  # due members seen, summed over ticks
+    polls: int = 0
+    sweeps: int = 0
+    skipped: int = 0  # polls while another run held the lock
     invocations: int = 0
     failed_invocations: int = 0
-    errors: int = 0  # ticks that failed on Redis
-
-    @property
-    def ticks(self) -> int:
-        return len(self.ticked)
+    busy: int = 0  # runs wanted whose bucket slot was taken (queued or running)
+    errors: int = 0  # polls that failed on Redis
 
     def summary(self) -> dict[str, int]:
-        return {
-            "ticks": self.ticks,
-            "skipped": self.skipped,
-            "due": self.due,
-            "invocations": self.invocations,
-            "failed_invocations": self.failed_invocations,
-            "errors": self.errors,
-        }
+        return dict(vars(self))
 
 
 # ---------------------------------------------------------------- pure decisions
 
 
-def next_boundary(now_ms: int, after_ms: int | None = None) -> int:
-    """The first second boundary at or after now, and strictly after ``after_ms``."""
-    boundary = -(-now_ms // TICK_MS) * TICK_MS
-    if after_ms is not None and boundary <= after_ms:
-        boundary = (after_ms // TICK_MS + 1) * TICK_MS
-    return boundary
-
-
-def slices(counts: Mapping[int, int], per_trigger: int) -> list[int]:
-    """Buckets to invoke the trigger for, one entry per slice (ceil(count / per_trigger))."""
-    return [
-        bucket
-        for bucket, count in sorted(counts.items())
-        for _ in range(math.ceil(count / per_trigger))
-    ]
+def runs_wanted(backlog: int) -> int:
+    """Concurrent runs a bucket's backlog needs."""
+    return min(MAX_PARALLEL, max(1, math.ceil(backlog / PER_TRIGGER)))
 
 
 def run_deadline(start_ms: int, remaining_ms: int) -> int:
-    """When a run stops ticking: after MAX_RUN_MS, or STOP_MARGIN_MS before the Lambda timeout."""
+    """When a fan-out run stops: after MAX_RUN_MS, or STOP_MARGIN_MS before its timeout."""
     return start_ms + max(0, min(MAX_RUN_MS, remaining_ms - STOP_MARGIN_MS))
 
 
@@ -146,75 +116,94 @@ def run_deadline(start_ms: int, remaining_ms: int) -> int:
 
 
 class Fanout:
-    """One fan-out run: the lock it may hold, and its ticks."""
+    """One fan-out run: the lock it may hold, its polls and sweeps."""
 
     def __init__(self, deps: FanoutDeps) -> None:
         self.deps = deps
         self.token = deps.new_token()
         self.report = FanoutReport()
         self._held = False
-        self._floor_ms = -1  # boundaries at or below this were ticked by an earlier holder
-        self._buckets = list(range(deps.index.bucket_count))
+        self._renewed_ms = 0
+        self._swept_ms: int | None = None
 
     def steps(self, start_ms: int, deadline_ms: int) -> Iterator[int]:
-        """Yield each boundary to wake at (the driver waits until then), then tick it."""
-        boundary = next_boundary(start_ms)
-        while boundary <= deadline_ms:
-            yield boundary
+        """Yield each instant to wake at (the driver waits until then), then act at it."""
+        at = start_ms
+        while at <= deadline_ms:
+            yield at
             try:
-                self.at_boundary(boundary)
-            except Exception:  # a Redis blip costs this tick, not the rest of the minute
-                logger.exception("fanout tick failed", extra={"tick_ms": boundary})
+                self.act()
+            except Exception:  # a Redis blip costs this poll, not the rest of the minute
+                logger.exception("fanout poll failed")
                 self.report.errors += 1
-            # From the clock: a tick that overran a boundary skips it (the next covers its work).
-            boundary = next_boundary(self.deps.clock(), boundary)
+            at = max(at + POLL_MS, self.deps.clock())
 
-    def at_boundary(self, tick_ms: int) -> None:
-        """Tick ``tick_ms`` if this run holds the lock and no earlier holder ticked it."""
-        if not self._hold():
+    def act(self) -> None:
+        """One poll (and, once a second, the sweep) if this run holds the lock."""
+        now = self.deps.clock()
+        if not self._hold(now):
             self.report.skipped += 1
             return
-        if tick_ms <= self._floor_ms:
+        if self._swept_ms is None or now - self._swept_ms >= SWEEP_MS:
+            self.deps.index.sweep()
+            self.report.sweeps += 1
+            self._swept_ms = now
+        self.poll(now)
+
+    def poll(self, now: int) -> None:
+        """Start the runs that buckets due within LEAD_MS need, smallest backlog first."""
+        self.report.polls += 1
+        hints = self.deps.index.hints_until(now + LEAD_MS)
+        if not hints:
             return
-        self.deps.marker.set(MARKER_KEY, str(tick_ms), px=MARKER_TTL_MS)
-        self._floor_ms = tick_ms
-        self.report.ticked.append(tick_ms)
-        counts = self.deps.index.due_counts(self._buckets, tick_ms)  # one round trip
-        self.report.due += sum(counts.values())
-        self._invoke(slices(counts, self.deps.per_trigger), tick_ms)
+        backlog = self.deps.index.backlog([b for b, _ in hints], now + LEAD_MS, now)
+        starts: list[tuple[int, int]] = []
+        for bucket, hint in sorted(hints, key=lambda h: (backlog[h[0]], h[1])):
+            if backlog[bucket] == 0:  # the hint was low (members deferred or taken)
+                if self.deps.index.take_hint(bucket, hint):
+                    self.deps.index.rehint(bucket)
+                continue
+            for slot in range(runs_wanted(backlog[bucket])):
+                if self.deps.index.start_run(bucket, slot, self.token, START_TTL_MS):
+                    starts.append((bucket, slot))
+                else:
+                    self.report.busy += 1
+            self.deps.index.take_hint(bucket, hint)  # the runs (new or going) re-hint at end
+        self._invoke(starts, now)
 
     def release(self) -> None:
         if self._held:
             self.deps.lock.release(self.token)
             self._held = False
 
-    def _hold(self) -> bool:
-        """Renew the lock we hold, or try to take it; on taking it, read the marker."""
-        if self._held:
+    def _hold(self, now: int) -> bool:
+        if self._held and now - self._renewed_ms >= LOCK_RENEW_MS:
             self._held = self.deps.lock.renew(self.token)
+            self._renewed_ms = now
         if not self._held and self.deps.lock.acquire(self.token):
-            self._held = True
-            ticked = self.deps.marker.get(MARKER_KEY)
-            self._floor_ms = int(ticked) if ticked is not None else -1
+            self._held, self._renewed_ms = True, now
         return self._held
 
-    def _invoke(self, buckets: list[int], tick_ms: int) -> None:
-        if not buckets:
+    def _invoke(self, starts: list[tuple[int, int]], now: int) -> None:
+        if not starts:
             return
-        workers = max(1, min(self.deps.invoke_workers, len(buckets)))
+        workers = max(1, min(INVOKE_WORKERS, len(starts)))
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            sent = list(pool.map(lambda b: self._invoke_one(b, tick_ms), buckets))
+            sent = list(pool.map(lambda s: self._invoke_one(s[0], s[1], now), starts))
         self.report.invocations += sum(sent)
         self.report.failed_invocations += len(sent) - sum(sent)
 
-    def _invoke_one(self, bucket: int, tick_ms: int) -> bool:
-        payload = json.dumps({"bucket": bucket, "tick_ms": tick_ms}).encode()
+    def _invoke_one(self, bucket: int, slot: int, now: int) -> bool:
+        event = {"bucket": bucket, "slot": slot, "token": self.token, "at_ms": now}
         try:
             self.deps.invoke(
-                FunctionName=self.deps.trigger_function, InvocationType="Event", Payload=payload
+                FunctionName=self.deps.trigger_function,
+                InvocationType="Event",
+                Payload=json.dumps(event).encode(),
             )
-        except Exception:  # throttled or failed: the work stays due and the next tick retries
-            logger.exception("trigger invoke failed", extra={"bucket": bucket, "tick_ms": tick_ms})
+        except Exception:  # throttled or failed: free the slot; the sweep re-hints the bucket
+            logger.exception("trigger invoke failed", extra={"bucket": bucket})
+            self.deps.index.end_run(bucket, slot, self.token)
             return False
         return True
 
@@ -225,7 +214,7 @@ def wait_until(clock: Callable[[], int], sleep: Callable[[float], None], at_ms: 
 
 
 def run_fanout(deps: FanoutDeps, start_ms: int, deadline_ms: int) -> FanoutReport:
-    """Tick every second boundary from ``start_ms`` to ``deadline_ms`` while holding the lock."""
+    """Poll from ``start_ms`` to ``deadline_ms`` while holding the lock."""
     fanout = Fanout(deps)
     try:
         for wake_ms in fanout.steps(start_ms, deadline_ms):

@@ -1,174 +1,109 @@
-"""The trigger: fire one bucket's due occurrences exactly as the invariants require.
+"""The trigger: fire one bucket's due positions on time, once, and never early.
 
-One run leases a batch of due members from Redis, re-checks each against DynamoDB (changes win),
-claims each fire with one conditional write (one callback per fire), sends the callbacks to SQS
-in batches of 10 per target queue, records each outcome, advances the timer and acknowledges.
+A run is *armed*: it leases what falls due within ARM_MS, claims it while it is still in the
+future (one conditional write per claim item and chunk), waits for each due instant by the
+reference clock, sends, records, checkpoints where needed, and finishes in Redis (ack and
+chain the next position). It loops until nothing of its bucket is due within ARM_MS.
+See docs/fire-path.md.
 
 What a crash at each step leaves behind (``hooks`` lets tests crash there), and who finishes it:
 
 ============  ==============================================================================
-step          after a crash here, once the Redis lease expires another run ...
+step          after a crash here, once the run's lease lapses (its deadline + ~3 s) ...
 ============  ==============================================================================
-leased        ... leases the members again and does everything: nothing was sent.
-claimed       ... takes the expired claim over and sends: nothing was sent before.
-sent          ... takes the expired claim over and sends AGAIN: the one duplicate window.
-recorded      ... finds the fire enqueued/failed, only advances the timer: no re-send.
-advanced      ... finds the cursor moved on (the member is stale), acks it: no re-send.
+leased        ... a run leases the members again and does everything: nothing was sent.
+claimed       ... a run takes the lapsed claims over and sends: nothing was sent before.
+sent          ... a run takes the lapsed claims over and sends AGAIN: the duplicate window.
+recorded      ... a run finds the fires recorded, checkpoints and chains: no re-send.
+checkpointed  ... the same; the checkpoint write is repeated (it is idempotent).
+finished      ... nothing is left: Redis was acked and chained.
 ============  ==============================================================================
 
-Duplicates (the same ``fire_id`` twice; on FIFO queues SQS drops the second within its 5-minute
-deduplication interval, since ``MessageDeduplicationId`` is the fire id) arise only when SQS
-accepted a callback that the trigger could not record as sent:
+**Never early.** A send starts only when the lower bound of the reference time (Redis ``TIME``,
+measured against this host's clock at every lease) has reached the occurrence plus
+SEND_GUARD_MS. Without a trusted offset the run sends nothing.
 
-- the trigger died after the send and before recording it (the ``sent`` row above);
-- a SendMessageBatch call timed out or lost its connection after SQS had accepted it, and the
-  retry sent it again (such a fire may even be recorded ``failed`` if every retry then failed).
-
-Changes win from the moment the trigger re-reads the timer (consistently) before claiming: a
-change landing in the few milliseconds between that read and the claim can still let the old
-occurrence fire once.
-
-Everything with side effects is injected (:class:`TriggerDeps`); the decisions (what to fire,
-how the timer advances, how late a fire was) are pure functions at the top of the module.
+**Deadline-aware.** No lease, claim or send attempt starts unless, by the client timeouts,
+it and everything after it end before the invocation's deadline; the claims hold until that
+deadline and the Redis leases a little longer. What a run will not finish it hands back at
+once (its claim entries removed, its members released), so duplicates need a crash or an SQS
+call that timed out after SQS accepted it.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 import time
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from timers.core.errors import ConcurrentUpdate
-from timers.core.schedule import CatchUp, catch_up
-from timers.core.timer import Timer, advance, fire_id
-from timers.core.times import format_ms
-from timers.redis_index import Leased, parse_member
-from timers.store import Claim, FireClaims, TimerStore
+from timers.adapters.claims import ClaimStore, Outcome, chunks
+from timers.adapters.redis_index import Leased
+from timers.core.chain import (
+    LAPSE_MARGIN_MS,
+    Entry,
+    Member,
+    State,
+    Step,
+    entry_for,
+    entry_ref,
+    may_claim,
+    needs_checkpoint,
+    next_member,
+    step,
+)
+from timers.core.schedule import is_recurring
+from timers.core.timer import Timer, from_card
+from timers.sending import Delivery, Sender, SqsPort
 
 log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------- tuning, and why
 
-LEASE_MS = 35_000
-"""Redis lease on a batch. The trigger's Lambda Timeout is 30 s (template.yaml), so a lease
-outlives the invocation that holds it: it only ever expires under a dead trigger, never under a
-slow live one. 5 s of margin covers clock differences between Lambda hosts."""
+ARM_MS = 250
+"""A run leases and claims what falls due this far ahead, then waits to send it: the claim
+(one DynamoDB write, ~10 ms) is done before the due instant, so only the send remains."""
 
-CLAIM_MS = 30_000
-"""Claim on one fire in DynamoDB: as long as the Timeout, so a claim older than that belongs to
-a dead invocation and may be taken over. Not longer than LEASE_MS, so the run that reclaims the
-expired lease can take the claim over at once: a crashed claimant's fire is re-sent about
-LEASE_MS (+ one fan-out tick) after it was claimed."""
+LEASE_LIMIT = 100
+"""Members per lease: at most one claim write per claim item (CHUNK), so the first send never
+waits for more than one round of claims."""
 
-SEND_MARGIN_MS = 5_000
-"""No SendMessageBatch starts later than this before the claims lapse: one call (connect 1 s +
-read 3 s in the handler's client) then finishes while they still hold."""
+SEND_GUARD_MS = 1
+"""Sent only when the reference time's lower bound is this far past the due time."""
 
-BATCH_LIMIT = 250
-"""Members per run, sized for latency: at an estimated ~10 ms per DynamoDB write over
-DYNAMO_WORKERS and ~20 ms per SendMessageBatch over the lanes, claiming, sending, recording and
-advancing 250 fires takes under a second (the benchmark measures the real figure), and even the
-worst case (every send retried, 4 s client timeouts) stays far inside LEASE_MS. More due members
-in a bucket are taken by further runs, which the fan-out starts in parallel when needed."""
+MAX_CLOCK_OFFSET_MS = 2_000
+"""A host clock further than this from the reference is broken, not merely skewed: refuse."""
 
-CATCH_UP_BUDGET_MS = 5_000
-"""A run starts no new round after this: enough for a timer far behind to gain minutes per run,
-short enough to leave most of the 30 s Timeout as margin (later ticks continue the catch-up)."""
+MAX_CLOCK_ERROR_MS = 100
+"""The offset is only as good as half the round trip that measured it: beyond this, refuse."""
 
-MAX_ROUNDS = 100
-"""Hard bound on rounds per run, whatever the clock says."""
+CLOCK_RESYNC_MS = 5_000
+"""Measure the offset again when the last measure is older than this."""
 
-MISFIRE_GRACE_MS = 45_000
-"""A cursor less than this behind now is merely late and fires as scheduled whatever the timer's
-misfire policy. It exceeds the slowest recovery of our own (a crashed trigger's work returns
-after LEASE_MS plus a tick), so our crashes never count as an outage; anything older is an outage
-and the misfire policy (fire_once / fire_all / skip) decides."""
+REDIS_CALL_MS = 1_000
+"""Worst case of one Redis call (the client's socket timeout, see timers.runtime)."""
 
-SEND_ATTEMPTS = 4
-"""Tries per SendMessageBatch entry on throttling or server errors before recording ``failed``."""
+DYNAMO_CALL_MS = 4_500
+"""Worst case of one DynamoDB write: 2 attempts x (0.5 s connect + 1.5 s read) + backoff."""
 
-SEND_BACKOFF_S = 0.05
-"""First retry delay, doubled per retry: 50 + 100 + 200 ms keeps a bad queue's lane short."""
+SQS_CALL_MS = 4_000
+"""Worst case of one SendMessageBatch attempt: 1 s connect + 3 s read (the handler's client)."""
 
-LANE_BATCHES = 10
-"""SendMessageBatch calls per send lane (100 messages): a big queue gets several lanes."""
+STOP_LEASING_MS = 15_000
+"""A run takes no new work after this long, so the fan-out can re-spread a long backlog."""
 
-SEND_WORKERS = 16
-"""Concurrent send lanes: one tenant's slow or dead queue holds one lane, not the others."""
+LEASE_GRACE_MS = LAPSE_MARGIN_MS + 1_000
+"""A Redis lease outlives the run's claims (and their lapse margin): it expires only under a
+run that is gone, and the run that reclaims it can take the claims over at once."""
 
-DYNAMO_WORKERS = 10
-"""Concurrent claim/record/advance writes; botocore's default HTTP pool holds 10 connections."""
-
-SQS_BATCH_BYTES = 250_000
-"""Payload bytes per SendMessageBatch (SQS caps the batch at 256 KiB; payloads reach 64 KiB)."""
-
-ADVANCE_ATTEMPTS = 5
-"""Optimistic re-read-and-retry rounds when the api changes a timer while it fires."""
-
-Step = Literal["leased", "claimed", "sent", "recorded", "advanced"]
-STEPS: tuple[Step, ...] = ("leased", "claimed", "sent", "recorded", "advanced")
-"""Where ``TriggerDeps.hooks`` is called, in order (crash-injection seams for tests)."""
-
-# Whole-call SQS errors that retrying cannot fix (the queue is gone or we may not send to it).
-PERMANENT_SQS_ERRORS = frozenset(
-    {
-        "AWS.SimpleQueueService.NonExistentQueue",
-        "QueueDoesNotExist",
-        "AccessDenied",
-        "AccessDeniedException",
-        "InvalidAddress",
-        "InvalidSecurity",
-        "KmsAccessDenied",
-        "KMS.AccessDeniedException",
-        "KmsDisabled",
-        "KMS.DisabledException",
-        "KmsNotFound",
-        "KMS.NotFoundException",
-        "AWS.SimpleQueueService.UnsupportedOperation",
-        "UnsupportedOperation",
-    }
-)
-
-# ---------------------------------------------------------------- pure decisions
-
-
-def is_current(timer: Timer | None, due_ms: int) -> bool:
-    """A member may fire only while its timer is active and still waits for exactly this
-    occurrence: cancelled, paused, rescheduled or already advanced timers drop it."""
-    return timer is not None and timer.status == "active" and timer.next_fire_ms == due_ms
-
-
-def decide(timer: Timer, due_ms: int, now_ms: int, grace_ms: int = MISFIRE_GRACE_MS) -> CatchUp:
-    """What to fire for the due cursor ``due_ms`` at ``now_ms`` (never an occurrence > now);
-    ``fire_ms`` None means the misfire policy skipped it."""
-    if due_ms > now_ms:
-        raise ValueError(f"occurrence {due_ms} is not due at {now_ms}: never fire early")
-    decision = catch_up(timer.plan, due_ms, now_ms, timer.misfire, grace_ms)
-    assert decision.fire_ms is None or decision.fire_ms <= now_ms
-    return decision
-
-
-def advanced(timer: Timer, fire_ms: int | None, now_ms: int) -> Timer:
-    """The timer after its cursor was handled: fired at ``fire_ms``, or skipped (None).
-
-    A failed fire counts like an enqueued one: the occurrence was used up, its failure is on
-    record. The completion rule is the core's (:func:`timers.core.timer.advance`).
-    """
-    return advance(timer, fire_ms, now_ms)
-
+Hook = Literal["leased", "claimed", "sent", "recorded", "checkpointed", "finished"]
+HOOKS: tuple[Hook, ...] = ("leased", "claimed", "sent", "recorded", "checkpointed", "finished")
 
 ON_TIME_MS = 100
-"""A fire enqueued within this of its due time counts as on time (one SQS round trip)."""
-
 LAG_BUCKETS: tuple[tuple[int, str], ...] = (
     (ON_TIME_MS, "on_time"),
     (200, "le_200ms"),
@@ -180,46 +115,48 @@ LAG_OVER = "gt_2s"
 
 
 def lag_bucket(lag_ms: int) -> str:
-    """Accuracy bucket of one fire's lag (enqueued - scheduled) for the metrics."""
+    """Accuracy bucket of one fire's lag (fired_at - scheduled_at) for the metrics."""
     for limit, name in LAG_BUCKETS:
         if lag_ms <= limit:
             return name
     return LAG_OVER
 
 
-def callback_body(timer: Timer, fire_ms: int, fired_ms: int) -> str:
-    """The contract's callback JSON; the stored payload text is embedded as-is (verbatim)."""
-    head = json.dumps(
-        {
-            "fire_id": fire_id(timer.id, fire_ms),
-            "timer_id": timer.id,
-            "tenant": timer.tenant,
-            "name": timer.name,
-            "scheduled_at": format_ms(fire_ms),
-            "fired_at": format_ms(fired_ms),
-        },
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
-    return f'{head[:-1]},"payload":{timer.payload_json}}}'
-
-
-# ---------------------------------------------------------------- ports and report
+# ---------------------------------------------------------------- ports
 
 
 class TriggerIndex(Protocol):
-    """The Redis index operations the trigger uses (timers.redis_index.RedisIndex)."""
+    """The Redis index operations a trigger uses (timers.adapters.redis_index.RedisIndex)."""
 
-    def lease(self, bucket: int, now_ms: int, lease_ms: int, limit: int, owner: str) -> Leased: ...
-    def ack(self, bucket: int, owner: str, members: Sequence[str]) -> int: ...
-    def release(self, bucket: int, owner: str, members: Sequence[str]) -> int: ...
-    def add(self, items: Iterable[tuple[str, str, int]]) -> int: ...
+    def lease(
+        self,
+        bucket: int,
+        *,
+        now_ms: int,
+        until_ms: int,
+        deadline_ms: int,
+        limit: int,
+        owner: str,
+        scan: int | None = None,
+    ) -> Leased: ...
+    def finish(
+        self, bucket: int, owner: str, now_ms: int, done: Sequence[tuple[Member, Member | None]]
+    ) -> int | None: ...
+    def release(self, bucket: int, owner: str, members: Mapping[Member, int]) -> int: ...
+    def hint(self, bucket: int, due_ms: int) -> None: ...
+    def rehint(self, bucket: int) -> int | None: ...
+    def touch_run(self, bucket: int, slot: int, token: str, ttl_ms: int) -> bool: ...
+    def end_run(self, bucket: int, slot: int, token: str) -> bool: ...
 
 
-class SqsPort(Protocol):
-    """boto3's SQS client, as far as the trigger uses it."""
+class TimerPort(Protocol):
+    """The timers-table operations a trigger uses (timers.adapters.timers_table.TimerStore)."""
 
-    def send_message_batch(self, *, QueueUrl: str, Entries: Sequence[Any]) -> Any: ...
+    def get_many(
+        self, keys: Iterable[tuple[str, str]], consistent: bool = True
+    ) -> dict[tuple[str, str], Timer]: ...
+    def checkpoint(self, timer: Timer, pos: int | None, n: int, last: int | None) -> bool: ...
+    def complete(self, timer: Timer, n: int, last: int | None, expires_ms: int) -> bool: ...
 
 
 @dataclass
@@ -227,30 +164,35 @@ class TriggerDeps:
     """Everything with a side effect, injected: built once per cold start by the handler."""
 
     index: TriggerIndex
+    claims: ClaimStore
+    timers: TimerPort
     sqs: SqsPort
-    timers: TimerStore
-    fires: FireClaims
-    clock: Callable[[], int]
-    lookahead_ms: int  # a next cursor due within this goes straight back into Redis
+    clock: Callable[[], int]  # this host's clock, epoch ms
+    reference: Callable[[], int]  # the reference clock (Redis TIME), epoch ms
+    lookahead_ms: int  # a next position due within this goes straight back into Redis
+    retention_ms: int  # how long a completed timer stays readable
     sleep: Callable[[float], None] = time.sleep
-    hooks: Callable[[Step], None] | None = None  # called with each of STEPS (crash seams)
-    new_owner: Callable[[], str] = field(default=lambda: uuid.uuid4().hex)
-    batch_limit: int = BATCH_LIMIT
+    hooks: Callable[[Hook], None] | None = None  # crash seams for tests
+    new_owner: Callable[[], str] = field(default=lambda: uuid.uuid4().hex[:12])
+    lease_limit: int = LEASE_LIMIT
 
 
 @dataclass
 class TriggerReport:
-    """What one run did, summed over its rounds."""
+    """What one run did."""
 
     bucket: int
+    leases: int = 0
     leased: int = 0
-    reclaimed: int = 0  # expired leases of crashed runs put back by this run's lease call
-    stale: int = 0  # dropped: timer gone, not active, or waiting for another occurrence
-    skipped: int = 0  # occurrences the misfire policy skipped
-    already_fired: int = 0  # claim found the fire enqueued/failed: only advanced
-    held: int = 0  # another live claimant has the fire: left leased for later
+    reclaimed: int = 0  # expired leases of dead runs put back by this run's lease calls
+    stale: int = 0  # dropped: an older revision, or the timer is gone or not active
+    skipped: int = 0  # positions the misfire policy skipped
+    already_fired: int = 0  # the claim found the position finished: only chained
+    held: int = 0  # another run's live claim: deferred until it lapses
     enqueued: int = 0
     failed: int = 0
+    handed_back: int = 0  # leased or claimed, then given back (deadline)
+    refused: int = 0  # not sent: the clock could not be trusted
     lags_ms: list[int] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # "<fire id>: <reason>"
 
@@ -258,7 +200,6 @@ class TriggerReport:
         return Counter(lag_bucket(lag) for lag in self.lags_ms)
 
     def summary(self) -> dict[str, int]:
-        """The counts, for the handler's log line and return value."""
         return {
             name: value
             for name, value in vars(self).items()
@@ -266,305 +207,405 @@ class TriggerReport:
         }
 
 
-# ---------------------------------------------------------------- the run
+# ---------------------------------------------------------------- the clock
+
+
+class ClockSync:
+    """This host's clock, corrected by its offset from the reference (Redis TIME).
+
+    The offset is measured as ``reference - midpoint`` of two local reads around one reference
+    read; its error is half that round trip (plus the reference's 1 ms resolution).
+    """
+
+    def __init__(self, clock: Callable[[], int], reference: Callable[[], int]) -> None:
+        self._clock = clock
+        self._reference = reference
+        self.offset: int | None = None
+        self.error = 0
+        self.measured_at = 0
+
+    def measure(self) -> None:
+        before = self._clock()
+        ref = self._reference()
+        after = self._clock()
+        self.offset = ref - (before + after) // 2
+        self.error = (after - before + 1) // 2 + 1
+        self.measured_at = after
+
+    @property
+    def trusted(self) -> bool:
+        return (
+            self.offset is not None
+            and abs(self.offset) <= MAX_CLOCK_OFFSET_MS
+            and self.error <= MAX_CLOCK_ERROR_MS
+        )
+
+    def now(self) -> int:
+        """Best estimate of the reference time."""
+        return self._clock() + (self.offset or 0)
+
+    def lower(self) -> int:
+        """A time the reference has certainly reached."""
+        return self.now() - self.error
+
+    def stale(self) -> bool:
+        return self._clock() - self.measured_at > CLOCK_RESYNC_MS
+
+
+# ---------------------------------------------------------------- a run
 
 
 @dataclass
-class FireJob:
-    """One occurrence of one timer on its way through the run."""
+class Job:
+    """One leased member on its way through the run."""
 
-    member: str
+    member: Member
     timer: Timer
-    due_ms: int  # the cursor the member stood for
-    decision: CatchUp
-    claim: Claim | None = None
-    fired_ms: int = 0
-    enqueued_ms: int | None = None
-    failure: str | None = None
+    decided: Step | None = None
+    entry: Entry | None = None  # what holds the position: ours, or the one found
+    delivery: Delivery | None = None
 
     @property
-    def fire_ms(self) -> int:
-        assert self.decision.fire_ms is not None
-        return self.decision.fire_ms
+    def ref(self) -> tuple[str, str]:
+        return entry_ref(self.timer.bucket, self.timer.id, self.member.due)
 
     @property
-    def id(self) -> str:
-        return fire_id(self.timer.id, self.fire_ms)
+    def send_at(self) -> int:
+        """Never before the position nor before the occurrence it fires."""
+        fired = self.decided.fire_ms if self.decided else None
+        return max(self.member.due, fired or 0)
 
 
-@dataclass
-class Triage:
-    """A batch sorted by what DynamoDB says about each member (see :func:`triage`)."""
+@dataclass(frozen=True)
+class RunMarker:
+    """The fan-out's mark that this run was started: (slot, token)."""
 
-    stale: list[str] = field(default_factory=list)  # members to drop (ack) without firing
-    reindex: list[tuple[str, str, int]] = field(default_factory=list)  # cursors to put back
-    skipped: list[FireJob] = field(default_factory=list)  # to advance without a fire
-    to_fire: list[FireJob] = field(default_factory=list)
+    slot: int
+    token: str
 
 
-def triage(
-    members: Sequence[str], timers: Mapping[tuple[str, str], Timer], now_ms: int, lookahead_ms: int
-) -> Triage:
-    """Decide for each due member: stale (changes win), skipped (misfire policy) or to fire.
+def run_trigger(
+    deps: TriggerDeps, bucket: int, remaining_ms: int, marker: RunMarker | None = None
+) -> TriggerReport:
+    """Fire the bucket's positions due within ARM_MS, and keep going while more fall due.
 
-    A stale member's timer, if still due soon, has its current cursor put back into Redis:
-    that heals a run that died after advancing the timer but before indexing what comes next.
+    With the fan-out's ``marker``, the run keeps its bucket slot marked while it goes, clears it
+    when it ends and then re-hints the bucket, so whatever was added meanwhile is dispatched.
     """
-    result = Triage()
-    for m in members:
-        tenant, timer_id, due = parse_member(m)
-        timer = timers.get((tenant, timer_id))
-        if timer is None or not is_current(timer, due):
-            result.stale.append(m)
-            if timer is not None and _due_soon(timer, now_ms, lookahead_ms):
-                result.reindex.append(_occurrence(timer))
-            continue
-        fire = FireJob(m, timer, due, decide(timer, due, now_ms))
-        (result.to_fire if fire.decision.fire_ms is not None else result.skipped).append(fire)
-    return result
+    if marker is not None:
+        deps.index.touch_run(bucket, marker.slot, marker.token, remaining_ms + LEASE_GRACE_MS)
 
+    def ended() -> None:  # not on a kill (BaseException in tests): a killed run does nothing
+        if marker is not None:
+            deps.index.end_run(bucket, marker.slot, marker.token)
+        deps.index.rehint(bucket)
 
-def run_trigger(deps: TriggerDeps, bucket: int) -> TriggerReport:
-    """Fire the bucket's due members: one round, and more while timers are still behind.
-
-    Each round handles one occurrence per timer. When a round chains a next occurrence that is
-    already due (a recurring timer catching up after a crash, or ``fire_all`` after an outage)
-    the run leases again at once, so such a timer catches up far faster than real time instead
-    of keeping its lag for ever (one occurrence per fan-out tick would only keep pace).
-    """
-    report = TriggerReport(bucket)
-    started = deps.clock()
-    for _ in range(MAX_ROUNDS):
-        still_behind = _round(deps, bucket, report)
-        if not still_behind or deps.clock() - started >= CATCH_UP_BUDGET_MS:
-            break
+    try:
+        report = Run(deps, bucket, remaining_ms).go()
+    except Exception:
+        ended()
+        raise
+    ended()
     return report
 
 
-def _round(deps: TriggerDeps, bucket: int, report: TriggerReport) -> bool:
-    """Lease, check, claim, send, record, advance, ack one batch (see the module doc).
+class Run:
+    def __init__(self, deps: TriggerDeps, bucket: int, remaining_ms: int) -> None:
+        self.deps = deps
+        self.bucket = bucket
+        self.report = TriggerReport(bucket)
+        self.owner = deps.new_owner()
+        self.sync = ClockSync(deps.clock, deps.reference)
+        self.sync.measure()
+        self.started = self.sync.now()
+        self.end = self.started + remaining_ms  # the invocation's hard end, reference time
+        self.pending: list[Job] = []  # claimed, waiting for their send instant
+        self.held_leases: dict[Member, int] = {}  # leased and not yet finished: due times
+        self.sender = Sender(deps.sqs, self.sync.now, deps.sleep, self._may_send)
+        self._hook = deps.hooks or (lambda _: None)
 
-    Returns whether it chained occurrences that are already due.
-    """
-    hook = deps.hooks or (lambda step: None)
-    owner = deps.new_owner()
-    now = deps.clock()
-    leased = deps.index.lease(bucket, now, LEASE_MS, deps.batch_limit, owner)
-    report.leased += len(leased.members)
-    report.reclaimed += leased.reclaimed
-    hook("leased")
-    if not leased.members:
-        return False
+    # ------------------------------------------------------------ loop
 
-    early = [m for m in leased.members if parse_member(m)[2] > now]
-    if early:  # the lease script only takes score <= now; a member saying otherwise is corrupt
-        log.error("leased members not yet due; released unfired", extra={"members": early})
-        deps.index.release(bucket, owner, early)
-    due = [m for m in leased.members if parse_member(m)[2] <= now]
-    timers = deps.timers.get_many(parse_member(m)[:2] for m in due)
-    batch = triage(due, timers, now, deps.lookahead_ms)
-    report.stale += len(batch.stale)
-    report.skipped += len(batch.skipped)
+    def go(self) -> TriggerReport:
+        if not self.sync.trusted:
+            log.error("clock not trusted; not firing", extra=self._clock_state())
+            self.report.refused += 1
+            return self.report
+        next_due: int | None = self.started  # unknown yet: lease at once
+        try:
+            while True:
+                now = self.sync.now()
+                may_lease = self._may_lease(now)
+                if may_lease and next_due is not None and next_due <= now + ARM_MS:
+                    next_due = self._lease_and_claim()
+                    continue
+                if not self.pending:
+                    break
+                wake = self.pending[0].send_at + SEND_GUARD_MS
+                if may_lease and next_due is not None:
+                    wake = min(wake, next_due - ARM_MS)
+                self._wait_until(wake)
+                due = self.sync.lower() >= self.pending[0].send_at + SEND_GUARD_MS
+                if due and not self._send_due():
+                    break  # refused: out of time, or the clock is no longer trusted
+        except Exception:
+            self._hand_back()
+            raise
+        self._hand_back()  # (a kill - BaseException in tests - hands back nothing, as in Lambda)
+        return self.report
 
-    with ThreadPoolExecutor(DYNAMO_WORKERS) as pool:
-        claim = functools.partial(_claim, deps, owner=owner, now_ms=now)
-        for fire, outcome in zip(batch.to_fire, pool.map(claim, batch.to_fire), strict=True):
-            fire.claim = outcome
-        hook("claimed")
+    def _wait_until(self, at_ms: int) -> None:
+        """Sleep until the reference time has surely reached ``at_ms``."""
+        while (left := at_ms - self.sync.lower()) > 0:
+            self.deps.sleep(left / 1000)
 
-        ours = [f for f in batch.to_fire if f.claim == "claimed"]
-        already_fired = [f for f in batch.to_fire if f.claim == "done"]
-        report.already_fired += len(already_fired)
-        report.held += sum(f.claim == "held" for f in batch.to_fire)  # left leased: back later
-        _send(deps, ours, send_until=now + CLAIM_MS - SEND_MARGIN_MS)
-        hook("sent")
+    # ------------------------------------------------------------ budgets
 
-        # Fires not sent because our claims were about to lapse stay leased, unacked: after the
-        # lease expires, a run takes their lapsed claims over and sends them.
-        sent = [f for f in ours if f.enqueued_ms is not None or f.failure is not None]
-        list(pool.map(functools.partial(_record, deps, owner=owner), sent))
-        _tally(report, sent)
-        hook("recorded")
+    def _left(self) -> int:
+        return self.end - self.sync.now()
 
-        finished = batch.skipped + already_fired + sent
-        after = pool.map(functools.partial(_advance, deps, now_ms=now), finished)
-        chained = [_occurrence(t) for t in after if t and _due_soon(t, now, deps.lookahead_ms)]
-    if batch.reindex + chained:  # chaining: an `every 1 s` timer's next fire is in Redis in time
-        deps.index.add(batch.reindex + chained)
-    hook("advanced")
+    def _may_lease(self, now: int) -> bool:
+        work = REDIS_CALL_MS + DYNAMO_CALL_MS + SQS_CALL_MS + DYNAMO_CALL_MS + 2 * REDIS_CALL_MS
+        return now - self.started < STOP_LEASING_MS and self._left() > work
 
-    deps.index.ack(bucket, owner, batch.stale + [f.member for f in finished])
-    return any(due_ms <= now for _, _, due_ms in chained)
+    def _may_claim(self) -> bool:
+        return self._left() > DYNAMO_CALL_MS + SQS_CALL_MS + DYNAMO_CALL_MS + 2 * REDIS_CALL_MS
 
+    def _may_send(self, deliveries: Sequence[Delivery]) -> bool:
+        """A send attempt starts only if it, its record and its finish end before the deadline,
+        and only when every fire in it is due by the lower bound of the reference time."""
+        if self._left() <= SQS_CALL_MS + DYNAMO_CALL_MS + 2 * REDIS_CALL_MS:
+            return False
+        if self.sync.stale():
+            self.sync.measure()
+        if not self.sync.trusted:
+            self.report.refused += 1
+            return False
+        latest = max((d.fire_ms for d in deliveries), default=0)  # >= each position
+        return self.sync.lower() >= latest + SEND_GUARD_MS
 
-def _due_soon(timer: Timer, now_ms: int, lookahead_ms: int) -> bool:
-    """Whether the timer's cursor belongs in Redis now rather than at the migrator's next run."""
-    due = timer.next_fire_ms
-    return timer.is_due_indexed and due is not None and due <= now_ms + lookahead_ms
+    # ------------------------------------------------------------ lease, triage, claim
 
-
-def _occurrence(timer: Timer) -> tuple[str, str, int]:
-    assert timer.next_fire_ms is not None
-    return timer.tenant, timer.id, timer.next_fire_ms
-
-
-def _claim(deps: TriggerDeps, fire: FireJob, *, owner: str, now_ms: int) -> Claim:
-    return deps.fires.claim(fire.timer.tenant, fire.timer.id, fire.fire_ms, owner, now_ms, CLAIM_MS)
-
-
-def _tally(report: TriggerReport, sent: Iterable[FireJob]) -> None:
-    for fire in sent:
-        if fire.enqueued_ms is not None:
-            report.enqueued += 1
-            report.lags_ms.append(fire.enqueued_ms - fire.fire_ms)
-        else:
-            report.failed += 1
-            report.failures.append(f"{fire.id}: {fire.failure}")
-
-
-def _record(deps: TriggerDeps, fire: FireJob, *, owner: str) -> None:
-    """Store the send's outcome on the fire, conditional on our claim (a run that took the
-    claim over records its own outcome)."""
-    if fire.enqueued_ms is not None:
-        deps.fires.record_enqueued(
-            fire.id, owner, fire.enqueued_ms, fire.enqueued_ms - fire.fire_ms
-        )
-    else:
-        deps.fires.record_failed(fire.id, owner, fire.failure or "unknown")
-
-
-def _advance(deps: TriggerDeps, fire: FireJob, *, now_ms: int) -> Timer | None:
-    """Move the timer's cursor past ``fire.due_ms``, conditional on the version read.
-
-    On a conflict (the api changed the timer meanwhile) re-read and re-decide: only a timer still
-    waiting for ``due_ms`` is advanced; one that was rescheduled or deleted is left as it is.
-    """
-    timer: Timer | None = fire.timer
-    for _ in range(ADVANCE_ATTEMPTS):
-        if timer is None or timer.status == "completed" or timer.next_fire_ms != fire.due_ms:
+    def _lease_and_claim(self) -> int | None:
+        self.sync.measure()
+        if not self.sync.trusted:
+            self.report.refused += 1
             return None
-        try:
-            return deps.timers.put(advanced(timer, fire.decision.fire_ms, now_ms))
-        except ConcurrentUpdate:
-            timer = deps.timers.get(fire.timer.tenant, fire.timer.id)
-    # the cursor stays at due_ms: the migrator re-indexes it and a later run advances it
-    log.warning("timer kept changing; not advanced", extra={"member": fire.member})
-    return None
+        now = self.sync.now()
+        leased = self.deps.index.lease(
+            self.bucket,
+            now_ms=now,
+            until_ms=now + ARM_MS,
+            deadline_ms=self.end + LEASE_GRACE_MS,
+            limit=self.deps.lease_limit,
+            owner=self.owner,
+        )
+        self.report.leases += 1
+        self.report.leased += len(leased.members)
+        self.report.reclaimed += leased.reclaimed
+        for m in leased.members:
+            self.held_leases[m] = m.due
+        self._hook("leased")
+        jobs = self._triage(leased)
+        if not self._may_claim():
+            return leased.next_due  # the finally-block hands the leases back
+        claimed = self._claim(jobs)
+        self._hook("claimed")
+        firing = [j for j in claimed if j.entry is not None and j.entry.state == "p"]
+        for job in firing:
+            assert job.decided is not None and job.decided.fire_ms is not None
+            job.delivery = Delivery(job.timer, job.decided.fire_ms)
+        self.pending = sorted(self.pending + firing, key=lambda j: j.send_at)
+        # skipped and already-fired positions need no send: finish them now
+        self._finish([j for j in claimed if j.entry is not None and j.entry.finished])
+        return leased.next_due
 
-
-# ---------------------------------------------------------------- sending
-
-
-class _PermanentSendError(Exception):
-    """The target queue cannot take messages at all (gone, access denied): no point retrying."""
-
-
-def _send(deps: TriggerDeps, fires: Sequence[FireJob], send_until: int) -> None:
-    """Send every fire's callback; sets ``enqueued_ms`` or ``failure`` on each one sent.
-
-    Fires are grouped per target queue and split into lanes of LANE_BATCHES batches; lanes run
-    concurrently, so a slow or dead queue delays only its own lanes. A fire whose claim would
-    expire before its send is left untouched (another run takes the claim over).
-    """
-    by_queue: dict[str, list[FireJob]] = {}
-    for fire in fires:
-        by_queue.setdefault(fire.timer.target_queue_url, []).append(fire)
-    lanes: list[tuple[str, list[list[FireJob]]]] = []
-    for queue_url, queued in by_queue.items():
-        batches = _batches(queued)
-        lanes += [
-            (queue_url, batches[i : i + LANE_BATCHES]) for i in range(0, len(batches), LANE_BATCHES)
-        ]
-    dead: dict[str, str] = {}  # queue url -> permanent failure, shared by that queue's lanes
-
-    def run_lane(queue_url: str, batches: list[list[FireJob]]) -> None:
-        for batch in batches:
-            if queue_url in dead:
-                for fire in batch:
-                    fire.failure = dead[queue_url]
+    def _triage(self, leased: Leased) -> list[Job]:
+        """Pair each member with its timer (Redis' card, else one consistent read); drop the
+        stale ones; decide the rest."""
+        timers = {
+            m.timer_id: from_card(m.tenant, m.timer_id, card)
+            for m in leased.members
+            if (card := leased.cards.get(m.timer_id)) and int(card.split("|", 1)[0]) >= m.rev
+        }
+        missing = [m for m in leased.members if m.timer_id not in timers]
+        if missing:
+            read = self.deps.timers.get_many((m.tenant, m.timer_id) for m in missing)
+            timers.update({t.id: t for t in read.values()})
+        jobs, stale = [], []
+        now = self.sync.now()
+        for m in leased.members:
+            timer = timers.get(m.timer_id)
+            if timer is None or timer.rev != m.rev or timer.status != "active":
+                stale.append(m)
                 continue
-            if deps.clock() >= send_until:
-                return  # our claims are lapsing: a send now could race a run taking them over
-            try:
-                _send_batch(deps, queue_url, batch)
-            except _PermanentSendError as exc:
-                dead[queue_url] = str(exc)
-                for fire in batch:
-                    fire.failure = str(exc)
+            jobs.append(Job(m, timer, decided=step(timer, m, max(now, m.due))))
+        if stale:
+            self.report.stale += len(stale)
+            self._forget(stale)
+        return jobs
 
-    if not lanes:
-        return
-    with ThreadPoolExecutor(min(SEND_WORKERS, len(lanes))) as pool:
-        for future in [pool.submit(run_lane, url, batches) for url, batches in lanes]:
-            future.result()
+    def _claim(self, jobs: Sequence[Job]) -> list[Job]:
+        """Claim every job's position; returns the jobs whose position is ours to send or
+        already finished. Others are deferred (held) or dropped (stale)."""
+        until = self.end
+        for job in jobs:
+            assert job.decided is not None
+            job.entry = entry_for(job.decided, job.member, self.owner, until)
+        by_key: dict[str, dict[str, Job]] = defaultdict(dict)
+        for job in jobs:
+            by_key[job.ref[0]][job.ref[1]] = job
+        groups = [(key, chunk) for key, named in by_key.items() for chunk in chunks(named)]
+        with ThreadPoolExecutor(max(1, min(8, len(groups)))) as pool:
+            results = list(pool.map(lambda g: self._claim_chunk(*g), groups))
+        return [job for ours in results for job in ours]
 
-
-def _batches(fires: Sequence[FireJob]) -> list[list[FireJob]]:
-    """SendMessageBatch groups: at most 10 entries and SQS_BATCH_BYTES of payload each."""
-    batches: list[list[FireJob]] = []
-    size = 0
-    for fire in fires:
-        need = len(fire.timer.payload_json.encode()) + 1_024  # body envelope + attribute
-        if not batches or len(batches[-1]) == 10 or size + need > SQS_BATCH_BYTES:
-            batches.append([])
-            size = 0
-        batches[-1].append(fire)
-        size += need
-    return batches
-
-
-def _entry(fire: FireJob, index: int, fifo: bool) -> dict[str, Any]:
-    entry: dict[str, Any] = {
-        "Id": f"m{index}",
-        "MessageBody": callback_body(fire.timer, fire.fire_ms, fire.fired_ms),
-        "MessageAttributes": {"fire_id": {"DataType": "String", "StringValue": fire.id}},
-    }
-    if fifo:
-        entry["MessageDeduplicationId"] = fire.id
-        entry["MessageGroupId"] = fire.timer.id
-    return entry
-
-
-def _send_batch(deps: TriggerDeps, queue_url: str, batch: list[FireJob]) -> None:
-    """One SendMessageBatch with bounded retries of throttled or failed entries.
-
-    Raises _PermanentSendError when the queue itself is unusable (gone, access denied).
-    """
-    fifo = queue_url.endswith(".fifo")
-    pending = dict(enumerate(batch))
-    delay = SEND_BACKOFF_S
-    last_error = "not sent"
-    for attempt in range(SEND_ATTEMPTS):
-        if attempt:
-            deps.sleep(delay)
-            delay *= 2
-        fired_ms = deps.clock()
-        for fire in pending.values():
-            fire.fired_ms = fired_ms
-        try:
-            response = deps.sqs.send_message_batch(
-                QueueUrl=queue_url, Entries=[_entry(f, i, fifo) for i, f in pending.items()]
-            )
-        except ClientError as exc:
-            error = exc.response.get("Error", {})
-            code = str(error.get("Code", "ClientError"))
-            last_error = f"{code}: {error.get('Message', '')}".strip()
-            if code in PERMANENT_SQS_ERRORS:
-                raise _PermanentSendError(last_error) from exc
-            continue
-        except BotoCoreError as exc:  # connection reset, timeout: retryable
-            last_error = f"{type(exc).__name__}: {exc}"
-            continue
-        enqueued_ms = deps.clock()
-        for ok in response.get("Successful", []):
-            pending.pop(int(ok["Id"][1:])).enqueued_ms = enqueued_ms
-        for bad in response.get("Failed", []):
-            reason = f"{bad.get('Code', 'Failed')}: {bad.get('Message', '')}".strip()
-            if bad.get("SenderFault"):  # the message itself is unacceptable: retrying won't help
-                pending.pop(int(bad["Id"][1:])).failure = reason
+    def _claim_chunk(self, key: str, named: dict[str, Job]) -> list[Job]:
+        entries = {name: job.entry for name, job in named.items() if job.entry is not None}
+        if self.deps.claims.claim(key, entries):
+            return list(named.values())
+        # Someone holds some of these positions: read them once and sort each out.
+        found = self.deps.claims.read([(key, name) for name in named], consistent=True)
+        ours: list[Job] = []
+        held: dict[Member, int] = {}
+        stale: list[Member] = []
+        for name, job in named.items():
+            existing = found[(key, name)]
+            mine = job.entry
+            assert mine is not None
+            if existing is None:
+                if self.deps.claims.claim(key, {name: mine}):
+                    ours.append(job)
+                else:
+                    held[job.member] = job.member.due  # raced: look again at once
+            elif existing.finished:
+                job.entry = existing  # fired before: chain from what was recorded
+                self.report.already_fired += 1
+                ours.append(job)
+            elif existing.state == "p" and existing.owner == self.owner:
+                ours.append(job)
+            elif may_claim(existing, job.member.rev, self.sync.now()):
+                if self.deps.claims.take_over(key, name, mine, existing):
+                    ours.append(job)
+                else:
+                    held[job.member] = job.member.due
+            elif existing.state == "t":
+                stale.append(job.member)  # a change at a newer revision owns the position
             else:
-                last_error = reason
-        if not pending:
+                held[job.member] = (existing.until or 0) + LAPSE_MARGIN_MS
+        if held:
+            self.report.held += len(held)
+            self.deps.index.release(self.bucket, self.owner, held)
+            for m in held:
+                self.held_leases.pop(m, None)
+        if stale:
+            self.report.stale += len(stale)
+            self._forget(stale)
+        return ours
+
+    # ------------------------------------------------------------ send, record, finish
+
+    def _send_due(self) -> bool:
+        """Send what is due; False if nothing could be sent (refused)."""
+        lower = self.sync.lower()
+        due = [j for j in self.pending if j.send_at + SEND_GUARD_MS <= lower]
+        deliveries = [j.delivery for j in due if j.delivery is not None]
+        self.sender.send(deliveries)
+        self._hook("sent")
+        sent = [j for j in due if j.delivery is not None and j.delivery.settled]
+        sent_ids = {id(j) for j in sent}
+        self.pending = [j for j in self.pending if id(j) not in sent_ids]
+        self._record(sent)
+        self._finish(sent)
+        return bool(sent)
+
+    def _record(self, jobs: Sequence[Job]) -> None:
+        by_key: dict[str, dict[str, Outcome]] = defaultdict(dict)
+        for job in jobs:
+            d = job.delivery
+            assert d is not None and job.entry is not None
+            state: State = "d" if d.enqueued_ms is not None else "f"
+            at = d.enqueued_ms if d.enqueued_ms is not None else self.sync.now()
+            by_key[job.ref[0]][job.ref[1]] = Outcome(state, at, d.failure)
+            job.entry = Entry(
+                state,
+                job.entry.rev,
+                n=job.entry.n,
+                pv=job.entry.pv,
+                enqueued=at,
+                reason=d.failure,
+                fired=job.entry.fired,
+                next=job.entry.next,
+                end=job.entry.end,
+            )
+            if d.enqueued_ms is not None:
+                self.report.enqueued += 1
+                self.report.lags_ms.append(d.fired_ms - d.fire_ms)
+            else:
+                self.report.failed += 1
+                self.report.failures.append(f"{d.id}: {d.failure}")
+        for key, outcomes in by_key.items():
+            for chunk in chunks(outcomes):
+                if not self.deps.claims.record(key, self.owner, chunk):
+                    for name, outcome in chunk.items():  # one was taken over: record the rest
+                        self.deps.claims.record(key, self.owner, {name: outcome})
+        self._hook("recorded")
+
+    def _finish(self, jobs: Sequence[Job]) -> None:
+        """Checkpoint the timers that need it, then ack and chain in Redis."""
+        if not jobs:
             return
-    for fire in pending.values():
-        fire.failure = f"gave up after {SEND_ATTEMPTS} attempts: {last_error}"
+        now = self.sync.now()
+        done: list[tuple[Member, Member | None]] = []
+        for job in jobs:
+            entry = job.entry
+            assert entry is not None
+            if entry.state == "k":
+                self.report.skipped += 1
+            following = next_member(job.member, entry, job.timer.plan)
+            chained = following is not None and following.due <= now + self.deps.lookahead_ms
+            if is_recurring(job.timer.schedule) and needs_checkpoint(entry, chained):
+                if following is None:
+                    self.deps.timers.complete(
+                        job.timer, entry.n, job.member.due, now + self.deps.retention_ms
+                    )
+                else:
+                    self.deps.timers.checkpoint(job.timer, following.due, following.n, following.pv)
+            done.append((job.member, following if chained else None))
+        self._hook("checkpointed")
+        earliest = self.deps.index.finish(self.bucket, self.owner, now, done)
+        for member, _ in done:
+            self.held_leases.pop(member, None)
+        if earliest is not None:
+            self.deps.index.hint(self.bucket, earliest)
+        self._hook("finished")
+
+    def _forget(self, members: Sequence[Member]) -> None:
+        """Drop stale members from Redis (they never chain: a newer revision owns the timer)."""
+        self.deps.index.finish(
+            self.bucket, self.owner, self.sync.now(), [(m, None) for m in members]
+        )
+        for m in members:
+            self.held_leases.pop(m, None)
+
+    def _hand_back(self) -> None:
+        """Give back what this run will not finish: claim entries removed (ours only), members
+        released to due at once, so the next run takes them over without waiting."""
+        unsent = self.pending
+        self.pending = []
+        try:
+            by_key: dict[str, list[str]] = defaultdict(list)
+            for job in unsent:
+                by_key[job.ref[0]].append(job.ref[1])
+            for key, names in by_key.items():
+                for chunk in chunks(dict.fromkeys(names)):
+                    self.deps.claims.unclaim(key, self.owner, list(chunk))
+            if self.held_leases:
+                self.report.handed_back += len(self.held_leases)
+                self.deps.index.release(self.bucket, self.owner, dict(self.held_leases))
+                self.held_leases = {}
+        except Exception:  # the leases and claims lapse at the deadline instead
+            log.exception("hand-back failed; leases and claims will lapse")
+
+    def _clock_state(self) -> dict[str, int | None]:
+        return {"offset_ms": self.sync.offset, "error_ms": self.sync.error}

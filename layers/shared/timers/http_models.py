@@ -74,6 +74,10 @@ class TimerCreate(_Strict):
     misfire: MisfireIn = "fire_once"
 
 
+class TimerBatchIn(_Strict):
+    timers: Annotated[list[TimerCreate], Field(min_length=1, max_length=100)]
+
+
 class TimerPatch(_Strict):
     """Only the fields present are changed; ``null`` clears an optional field."""
 
@@ -113,11 +117,18 @@ class TimerOut(BaseModel):
     fire_count: int
     created_at: str
     updated_at: str
+    expires_at: str | None = Field(
+        None, description="A completed timer is deleted then, with its fire history"
+    )
 
 
 class TimerList(BaseModel):
     items: list[TimerOut]
     next_cursor: str | None
+
+
+class TimerBatchOut(BaseModel):
+    items: list[TimerOut]
 
 
 class FireOut(BaseModel):
@@ -141,6 +152,7 @@ class PreviewOut(BaseModel):
 class TenantOut(BaseModel):
     tenant: str
     callback_queue_url: str
+    retention_days: int = Field(description="How long completed timers and fires stay readable")
 
 
 class ErrorDetail(BaseModel):

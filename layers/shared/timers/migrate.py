@@ -1,77 +1,66 @@
-"""Migrator: put the cursor of every timer due within the look-ahead into the Redis index.
+"""Migrator: make sure every timer due within the look-ahead has its position in Redis.
 
-DynamoDB is the truth and Redis only an index. Each active timer has a cursor ``next_fire_ms``
-and sits in the sparse ``due-index`` under shard ``crc32(id) % DUE_SHARDS``; the trigger fires a
-member only while it equals the cursor and then adds the next occurrence itself (chaining). So a
-run reads, per shard, the cursors with ``next_fire_ms <= now + lookahead`` and adds them. That
-range has no lower bound, so overdue work is never forgotten (no cliff: a cursor three days
-late is read first, the range key sorts ascending); adding is idempotent and skips members a
-trigger holds in flight (the add script), so runs may overlap, repeat or be late. After a
-FLUSHALL or failover a run rebuilds what Redis lost (up to the budget; the rest next runs).
+DynamoDB is the truth and Redis only an index, so a run asks Redis first and reads DynamoDB only
+for what Redis lacks:
 
-Why a run's work stays bounded as timers grow:
-- the index is sparse (only active timers with a cursor) and KEYS_ONLY (~100 bytes an entry);
-- the range condition reads only the window, never the far future;
-- shards are read in parallel by ``SHARD_WORKERS`` threads;
-- at most ``MIGRATE_BUDGET`` cursors are read per run (split evenly over the shards, which the
-  crc32 spreads evenly). A shard that reaches its share stores where it stopped (the query's
-  last evaluated key) in Redis and the next run continues from there; a shard that reaches the
-  end of its window forgets the position, so its next sweep starts again from the oldest (in
-  the same run, with the share it has left). A window holding more than the budget is thus
-  covered over several runs, oldest first, and a lost resume position (FLUSHALL) only
-  restarts the sweep from the oldest.
+- **Recurring timers** sit in the sparse GSI ``due-index`` at their checkpoint. A chained timer's
+  checkpoint lags behind now, so every run sees each active chained timer and asks Redis (one
+  script per bucket) whether its chain is alive; a timer whose next occurrence is beyond the
+  look-ahead sits at that occurrence and is seen only when it comes near.
+- **One-shots** are listed in the ``wakeups`` table, read per shard in due order from a
+  watermark that moves past the items whose one-shots all fired or changed.
+
+What Redis lacks is *restored*: the timer is read (consistently), its cursor derived by a walk
+over the claim entries, and its position put back with the timer's card. A walk that finds the
+timer done, or its next occurrence beyond the look-ahead, heals the checkpoint instead. So after
+a FLUSHALL, a failover that lost the last writes, or a run that died at any line, the next run
+puts back exactly what is missing - overdue work included, however old (no cliff); adding is
+idempotent and skips what fired recently or is alive, so runs may overlap, repeat or be late.
+
+A run's work stays bounded: at most MIGRATE_BUDGET rows over all shards, read in parallel; a
+due-index sweep cut by its share continues from a saved position next run.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
-from timers.store import TimerItem
+from timers.adapters.claims import ClaimStore
+from timers.adapters.redis_index import FIRED, MISSING, Placement
+from timers.adapters.timers_table import TimerStore
+from timers.adapters.wakeups import Placed, WakeupStore
+from timers.core.chain import Member, drive, walk
+from timers.core.schedule import is_recurring
+from timers.core.timer import Timer, to_card
 
-# Cursors read per run, over all shards. Sized for the Lambda, not for DynamoDB: deserializing
-# an item costs ~20-50 us of CPU and a 256 MB Lambda gets a fraction of a vCPU, so 50k items
-# stay far inside the 55 s timeout; 50k keys-only entries (~5 MB) are ~700 eventually
-# consistent RCUs. Raise it with the function's memory (the benchmark measures the rate).
 MIGRATE_BUDGET = 50_000
-# Shards read at once: DynamoDB latency, not CPU, dominates a query page.
+"""Rows read per run over all shards (half for each kind). Sized for the Lambda: a row costs
+~20-50 us of CPU, so 50k stay far inside the 55 s timeout; raise it with the memory."""
 SHARD_WORKERS = 8
-# Query page size; a keys-only page of 1,000 entries is ~100 KB, well under the 1 MB page cap.
-PAGE_SIZE = 1_000
-# A resume position older than this is stale; dropping it just restarts a sweep from the oldest.
 RESUME_TTL_MS = 10 * 60_000
+"""A due-index resume position older than this is stale; dropping it restarts a sweep."""
 
-Cursor = tuple[str, str, int]  # (tenant, timer_id, next_fire_ms)
-StartKey = dict[str, dict[str, Any]]  # a DynamoDB ExclusiveStartKey of the due index
-
-
-@dataclass(frozen=True)
-class DuePage:
-    """Cursors of one shard read in key order, and where to continue (None: window done)."""
-
-    cursors: list[Cursor]
-    resume: StartKey | None
+Outcome = Literal["stale", "done", "added", "later"]
+StartKey = dict[str, dict[str, Any]]
 
 
-class IndexPort(Protocol):
-    """The part of ``RedisIndex`` the migrator uses."""
-
-    def add(self, items: Iterable[Cursor]) -> int: ...
+class MigratorIndex(Protocol):
+    def alive(self, checks: Any) -> list[int]: ...
+    def ensure(self, placements: Any) -> int: ...
 
 
 class KeyValuePort(Protocol):
-    """The Redis commands the resume positions use."""
-
     def get(self, name: str) -> Any: ...
     def set(self, name: str, value: str, *, px: int | None = None) -> Any: ...
     def delete(self, *names: str) -> Any: ...
 
 
 class ResumePositions:
-    """Per-shard sweep positions, kept in Redis: losing them only restarts a sweep."""
+    """Per-shard due-index sweep positions, kept in Redis: losing them restarts a sweep."""
 
     def __init__(self, client: KeyValuePort, prefix: str = "tq") -> None:
         self._client = client
@@ -82,10 +71,7 @@ class ResumePositions:
 
     def get(self, shard: str) -> StartKey | None:
         raw = self._client.get(self.key(shard))
-        if raw is None:
-            return None
-        position: StartKey = json.loads(raw)
-        return position
+        return None if raw is None else dict(json.loads(raw))
 
     def put(self, shard: str, position: StartKey | None) -> None:
         if position is None:
@@ -94,95 +80,151 @@ class ResumePositions:
             self._client.set(self.key(shard), json.dumps(position), px=RESUME_TTL_MS)
 
 
-def read_due_page(shard: str, until_ms: int, limit: int, start: StartKey | None) -> DuePage:
-    """Up to ``limit`` cursors of a shard due by ``until_ms``, oldest first, from ``start`` on."""
-    results = TimerItem.due_index.query(
-        shard,
-        range_key_condition=TimerItem.next_fire_ms <= until_ms,
-        limit=limit,
-        page_size=min(limit, PAGE_SIZE),
-        last_evaluated_key=start,
-    )
-    cursors = [(item.tenant, item.timer_id, int(item.next_fire_ms)) for item in results]
-    # Fewer than the limit means the query ran dry: the window is done, whatever DynamoDB says.
-    resume = results.last_evaluated_key if len(cursors) >= limit else None
-    return DuePage(cursors, resume)
-
-
 @dataclass(frozen=True)
 class MigratorDeps:
-    index: IndexPort
+    index: MigratorIndex
+    timers: TimerStore
+    claims: ClaimStore
+    wakeups: WakeupStore
     positions: ResumePositions
     due_shards: int
     lookahead_ms: int
-    read_page: Callable[[str, int, int, StartKey | None], DuePage] = read_due_page
+    retention_ms: int
     budget: int = MIGRATE_BUDGET
     workers: int = SHARD_WORKERS
 
 
-@dataclass(frozen=True)
-class ShardResult:
-    read: int  # cursors read from the due index
-    added: int  # of those, new in Redis (the rest were there already or in flight)
-    budget_hit: bool  # stopped at its share; the next run continues where it stopped
-
-
-@dataclass(frozen=True)
+@dataclass
 class MigrationReport:
-    shards: int
     window_end_ms: int
-    read: int
-    added: int
-    budget_hit_shards: int
+    read: int = 0  # rows read (due-index entries and one-shot listings)
+    missing: int = 0  # of those, not in Redis: read from DynamoDB
+    added: int = 0  # put back into Redis
+    healed: int = 0  # checkpoints moved or timers completed by a walk
+    watermarks: int = 0  # one-shot shards whose watermark moved
+    budget_hit_shards: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
 
-    @classmethod
-    def of(cls, window_end_ms: int, results: Sequence[ShardResult]) -> MigrationReport:
-        return cls(
-            shards=len(results),
-            window_end_ms=window_end_ms,
-            read=sum(r.read for r in results),
-            added=sum(r.added for r in results),
-            budget_hit_shards=sum(r.budget_hit for r in results),
-        )
+    def add(self, other: MigrationReport) -> None:
+        for name in ("read", "missing", "added", "healed", "watermarks", "budget_hit_shards"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name, count in other.outcomes.items():
+            self.outcomes[name] = self.outcomes.get(name, 0) + count
 
-
-# ---------------------------------------------------------------- pure decisions
-
-
-def window_end(now_ms: int, lookahead_ms: int) -> int:
-    """Cursors due by this instant are migrated now; later ones wait for a later run."""
-    return now_ms + lookahead_ms
+    def summary(self) -> dict[str, int]:
+        return {k: v for k, v in vars(self).items() if isinstance(v, int)}
 
 
-def shard_quota(budget: int, shards: int) -> int:
-    """Each shard's share of the run's budget (at least one cursor, so every shard progresses)."""
-    return max(1, budget // shards)
-
-
-# ---------------------------------------------------------------- the run
+ShardJob = Callable[[MigratorDeps, str, int, int, int], MigrationReport]
 
 
 def run_migrator(deps: MigratorDeps, now_ms: int) -> MigrationReport:
-    """One migrator run over every shard; see the module docstring for why it is bounded."""
-    until_ms = window_end(now_ms, deps.lookahead_ms)
-    quota = shard_quota(deps.budget, deps.due_shards)
-    shards = [str(s) for s in range(deps.due_shards)]
-    with ThreadPoolExecutor(max_workers=max(1, min(deps.workers, len(shards)))) as pool:
-        results = list(pool.map(lambda s: migrate_shard(deps, s, until_ms, quota), shards))
-    return MigrationReport.of(until_ms, results)
+    """One run over every shard of both kinds."""
+    until = now_ms + deps.lookahead_ms
+    quota = max(1, deps.budget // (2 * deps.due_shards))
+    kinds: list[ShardJob] = [recurring_shard, one_shot_shard]
+    jobs = [(kind, str(s)) for s in range(deps.due_shards) for kind in kinds]
+    report = MigrationReport(until)
+    with ThreadPoolExecutor(max_workers=max(1, min(deps.workers, len(jobs)))) as pool:
+        for part in pool.map(lambda job: job[0](deps, job[1], now_ms, until, quota), jobs):
+            report.add(part)
+    return report
 
 
-def migrate_shard(deps: MigratorDeps, shard: str, until_ms: int, quota: int) -> ShardResult:
+def recurring_shard(
+    deps: MigratorDeps, shard: str, now_ms: int, until: int, quota: int
+) -> MigrationReport:
+    report = MigrationReport(until)
     start = deps.positions.get(shard)
-    page = deps.read_page(shard, until_ms, quota, start)
-    added = deps.index.add(page.cursors)  # one pipelined round trip (chunked scripts)
-    read = len(page.cursors)
-    if start is not None and page.resume is None and read < quota:
-        # The resumed sweep ended with budget to spare: start the next sweep from the oldest
-        # now, so a cursor that went missing behind the position waits no extra run.
-        page = deps.read_page(shard, until_ms, quota - read, None)
-        added += deps.index.add(page.cursors)
-        read += len(page.cursors)
+    rows, resume = deps.timers.due_page(shard, until, quota, start)
+    report.read = len(rows)
+    states = deps.index.alive([(bkt, tid, rev, None) for _, tid, _, rev, bkt in rows])
+    missing = [(tenant, tid, rev) for (tenant, tid, _, rev, _), s in zip(rows, states, strict=True)
+               if s == MISSING]  # fmt: skip
+    restore(deps, missing, now_ms, until, report)
     # Saved only after the adds: a run that dies before this point redoes the same slice.
-    deps.positions.put(shard, page.resume)
-    return ShardResult(read=read, added=added, budget_hit=page.resume is not None)
+    deps.positions.put(shard, resume)
+    report.budget_hit_shards = int(resume is not None)
+    return report
+
+
+def one_shot_shard(
+    deps: MigratorDeps, shard: str, now_ms: int, until: int, quota: int
+) -> MigrationReport:
+    report = MigrationReport(until)
+    mark = deps.wakeups.watermark(shard)
+    rows, more = deps.wakeups.window(shard, mark, until, quota)
+    listings: list[Placed] = [placed for _, group in rows for placed in group]
+    report.read = len(listings)
+    states = deps.index.alive([(b, m.timer_id, m.rev, m) for b, m in listings])
+    state_of = {(b, str(m)): s for (b, m), s in zip(listings, states, strict=True)}
+    missing = [m for b, m in listings if state_of[(b, str(m))] == MISSING]
+    outcomes = restore(deps, [(m.tenant, m.timer_id, m.rev) for m in missing], now_ms, until,
+                       report, expect={m.timer_id: m.due for m in missing})  # fmt: skip
+
+    def dead(placed: Placed) -> bool:
+        bucket, member = placed
+        state = state_of[(bucket, str(member))]
+        return state == FIRED or (
+            state == MISSING and outcomes.get(member.timer_id) in ("stale", "done")
+        )
+
+    moved = mark
+    for wake, group in rows:
+        if not all(dead(p) for p in group):
+            moved = wake
+            break
+        moved = wake + "~"  # just after this item: everything before it is dead
+    if moved != mark and moved is not None:
+        deps.wakeups.set_watermark(shard, moved)
+        report.watermarks = 1
+    report.budget_hit_shards = int(more)
+    return report
+
+
+def restore(
+    deps: MigratorDeps,
+    keys: Sequence[tuple[str, str, int]],
+    now_ms: int,
+    until: int,
+    report: MigrationReport,
+    expect: dict[str, int] | None = None,
+) -> dict[str, Outcome]:
+    """Read the timers Redis lacks, walk each to its cursor, and put back, heal or drop it.
+
+    ``expect`` (one-shot listings): the due time a listing stands for; a timer that moved
+    elsewhere since is stale for that listing."""
+    outcomes: dict[str, Outcome] = {}
+    if not keys:
+        return outcomes
+    report.missing += len(keys)
+    timers = deps.timers.get_many([(tenant, tid) for tenant, tid, _ in keys])
+    current: list[Timer] = []
+    for tenant, tid, rev in keys:
+        timer = timers.get((tenant, tid))
+        moved = expect is not None and timer is not None and timer.next_fire_ms != expect.get(tid)
+        if timer is None or timer.rev != rev or timer.status != "active" or moved:
+            outcomes[tid] = "stale"
+        else:
+            current.append(timer)
+    cursors = drive([walk(t, now_ms) for t in current], deps.claims.read)
+    placements: list[Placement] = []
+    for timer, cursor in zip(current, cursors, strict=True):
+        if cursor.pos is None:
+            outcomes[timer.id] = "done"
+            if is_recurring(timer.schedule):  # its last fire's trigger died before saying so
+                deps.timers.complete(timer, cursor.n, cursor.last, now_ms + deps.retention_ms)
+                report.healed += 1
+        elif cursor.pos > until:
+            outcomes[timer.id] = "later"
+            if is_recurring(timer.schedule) and cursor.pos != timer.next_fire_ms:
+                deps.timers.checkpoint(timer, cursor.pos, cursor.n, cursor.last)
+                report.healed += 1
+        else:
+            outcomes[timer.id] = "added"
+            member = Member(timer.tenant, timer.id, cursor.pos, timer.rev, cursor.n, cursor.last)
+            placements.append((timer.bucket, member, to_card(timer)))
+    report.added += deps.index.ensure(placements)
+    for outcome in outcomes.values():
+        report.outcomes[outcome] = report.outcomes.get(outcome, 0) + 1
+    return outcomes

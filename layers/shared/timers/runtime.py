@@ -13,12 +13,18 @@ from typing import Any
 
 import redis
 
-from timers import store, tenants
+from timers.adapters import idempotency, tenants, timers_table, wakeups
+from timers.adapters.claims import ClaimStore
+from timers.adapters.ratelimit import RateLimiter
+from timers.adapters.redis_index import RedisIndex
+from timers.adapters.tenants import CachedAuthenticator, Tenant
+from timers.adapters.timers_table import TimerStore
+from timers.adapters.wakeups import WakeupStore
 from timers.config import Settings
-from timers.ratelimit import RateLimiter
-from timers.redis_index import RedisIndex
 from timers.service import TimerService
-from timers.tenants import Tenant
+
+REDIS_TIMEOUT_S = 1.0  # every Redis call ends within this (the trigger budgets with it)
+DAY_MS = 86_400_000
 
 
 def wall_clock_ms() -> int:
@@ -26,9 +32,34 @@ def wall_clock_ms() -> int:
 
 
 def redis_client(settings: Settings) -> Any:
+    options = {"decode_responses": True, "socket_timeout": REDIS_TIMEOUT_S,
+               "socket_connect_timeout": REDIS_TIMEOUT_S}  # fmt: skip
     if settings.redis_cluster:  # ElastiCache Serverless speaks cluster mode
-        return redis.RedisCluster.from_url(settings.redis_url, decode_responses=True)
-    return redis.Redis.from_url(settings.redis_url, decode_responses=True)
+        return redis.RedisCluster.from_url(settings.redis_url, **options)
+    return redis.Redis.from_url(settings.redis_url, **options)
+
+
+def redis_time_ms(client: Any) -> int:
+    """The reference clock: Redis ``TIME`` (seconds, microseconds) in epoch ms."""
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def bind_tables(settings: Settings) -> None:
+    """Point the pynamodb models at this deployment's tables."""
+    timers_table.bind(settings.timers_table)
+    wakeups.bind(settings.wakeups_table)
+    idempotency.bind(settings.idempotency_table)
+    tenants.bind_tables(settings)
+
+
+def stores(settings: Settings) -> tuple[TimerStore, ClaimStore, WakeupStore]:
+    bind_tables(settings)
+    return (
+        TimerStore(settings.due_shards),
+        ClaimStore(settings.claims_table, settings.fire_retention_days),
+        WakeupStore(settings.due_shards, settings.fire_retention_days),
+    )
 
 
 @dataclass
@@ -46,21 +77,23 @@ def build_runtime(
     redis_conn: Any = None,
 ) -> Runtime:
     settings = settings or Settings.from_env()
-    store.bind_tables(settings)
-    tenants.bind_tables(settings)
+    timer_store, claims, wakeup_store = stores(settings)
     conn = redis_conn if redis_conn is not None else redis_client(settings)
     service = TimerService(
-        timers=store.TimerStore(settings.due_shards),
-        fires=store.FireStore(),
-        idempotency=store.IdempotencyStore(),
+        timers=timer_store,
+        claims=claims,
+        wakeups=wakeup_store,
+        idempotency=idempotency.IdempotencyStore(),
         clock=clock,
         lookahead_ms=settings.lookahead_seconds * 1000,
+        retention_ms=settings.fire_retention_days * DAY_MS,
+        bucket_count=settings.bucket_count,
         index=RedisIndex(conn, settings.bucket_count),
     )
     return Runtime(
         settings=settings,
         service=service,
         rate_limiter=RateLimiter(conn, clock),
-        authenticate=tenants.authenticate,
+        authenticate=CachedAuthenticator(clock),
         redis=conn,
     )

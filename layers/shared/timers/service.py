@@ -1,17 +1,39 @@
-"""Use cases of the HTTP API. Validated input in, contract views out; storage through ports."""
+"""Use cases of the HTTP API. Validated input in, contract views out; storage through ports.
+
+A timer's stored item is its plan and a checkpoint; what a user sees is *derived* by walking the
+claim entries from that checkpoint (timers.core.chain). A change (PATCH, pause, resume, delete)
+is one transaction with a tombstone on the timer's cursor, so it is ordered before or after any
+claim of that position, never in between (docs/fire-path.md, "Changes serialize with claims").
+"""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import builtins
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
+from timers.adapters.claims import ClaimStore
+from timers.adapters.idempotency import IdempotencyStore
+from timers.adapters.tenants import Tenant
+from timers.adapters.timers_table import TimerStore
+from timers.adapters.wakeups import WakeupStore
 from timers.core import timer as timers
+from timers.core.chain import (
+    Member,
+    bucket_for,
+    drive,
+    entry_ref,
+    history,
+    resolved,
+    tombstone,
+    walk,
+)
 from timers.core.errors import (
     ConcurrentUpdate,
     FieldError,
@@ -19,27 +41,27 @@ from timers.core.errors import (
     InvalidInput,
     NotFound,
 )
-from timers.core.schedule import Misfire, Plan, Schedule, preview
+from timers.core.schedule import Misfire, Plan, Schedule, is_recurring, preview
 from timers.core.timer import Timer
 from timers.core.times import format_ms
 from timers.core.views import fire_view, timer_view
-from timers.store import FireStore, IdempotencyStore, TimerStore
-from timers.tenants import Tenant
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], int]
-Occurrence = tuple[str, str, int]  # (tenant, timer id, due ms)
 T = TypeVar("T")
 WRITE_ATTEMPTS = 5
+BATCH_LIMIT = 100
 
 
 class DueIndex(Protocol):
-    """The Redis side of the fast path (timers.redis_index.RedisIndex)."""
+    """The Redis side of the fast path (timers.adapters.redis_index.RedisIndex)."""
 
-    def add(self, items: Iterable[Occurrence]) -> int: ...
+    def ensure(self, placements: Any) -> int: ...
 
-    def remove(self, items: Iterable[Occurrence]) -> int: ...
+    def replace(
+        self, bucket: int, timer_id: str, rev: int, member: Member | None, card: str | None
+    ) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -59,10 +81,13 @@ class TimerSpec:
 @dataclass
 class TimerService:
     timers: TimerStore
-    fires: FireStore
+    claims: ClaimStore
+    wakeups: WakeupStore
     idempotency: IdempotencyStore
     clock: Clock
     lookahead_ms: int
+    retention_ms: int
+    bucket_count: int
     index: DueIndex | None = None
 
     # ---------------------------------------------------------------- create
@@ -70,13 +95,44 @@ class TimerService:
     def create(
         self, tenant: Tenant, spec: TimerSpec, idempotency_key: str | None
     ) -> dict[str, Any]:
+        return self.create_batch(tenant, [spec], idempotency_key, single=True)[0]
+
+    def create_batch(
+        self,
+        tenant: Tenant,
+        specs: Sequence[TimerSpec],
+        idempotency_key: str | None,
+        single: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Create timers, all or nothing: every one is validated first (errors name
+        ``timers[i].field``), then the wakeups, the timers, and Redis are written."""
+        if not single and not 1 <= len(specs) <= BATCH_LIMIT:
+            raise InvalidInput(
+                "a batch holds 1 to 100 timers", [FieldError("timers", "1 to 100 items")]
+            )
         now = self.clock()
-        target = self._target(tenant, spec.target_queue_url)
+        built: list[Timer] = []
+        errors: list[FieldError] = []
+        for i, spec in enumerate(specs):
+            try:
+                built.append(self._build(tenant, spec, timers.new_timer_id(), now))
+            except InvalidInput as exc:
+                if single:
+                    raise
+                errors += [FieldError(f"timers[{i}].{e.field}", e.message) for e in exc.details]
+        if errors:
+            raise InvalidInput("some timers of the batch are invalid; none was created", errors)
+        if idempotency_key is None:
+            self._store_new(built)
+            return [timer_view(t) for t in built]
+        return self._create_once(tenant, idempotency_key, specs, built, single)
+
+    def _build(self, tenant: Tenant, spec: TimerSpec, timer_id: str, now: int) -> Timer:
         timer = timers.create(
             tenant.name,
-            timers.new_timer_id(),
+            timer_id,
             schedule=spec.schedule,
-            target_queue_url=target,
+            target_queue_url=self._target(tenant, spec.target_queue_url),
             payload_json=spec.payload_json,
             now_ms=now,
             misfire=spec.misfire,
@@ -85,34 +141,63 @@ class TimerService:
             end_ms=spec.end_ms,
             max_fires=spec.max_fires,
         )
-        if idempotency_key is None:
-            return self._view_after_write(None, self.timers.put(timer))
-        return self._create_once(tenant, idempotency_key, spec, timer)
+        bucket = bucket_for(tenant.name, timer_id, self.bucket_count, tenant.spread)
+        return self._with_expiry(replace(timer, rev=1, bucket=bucket), now)
 
     def _create_once(
-        self, tenant: Tenant, key: str, spec: TimerSpec, timer: Timer
-    ) -> dict[str, Any]:
-        body_hash = _fingerprint(spec)
-        seen = self.idempotency.claim(tenant.name, key, body_hash, timer.id, timer.created_ms)
+        self,
+        tenant: Tenant,
+        key: str,
+        specs: Sequence[TimerSpec],
+        built: list[Timer],
+        single: bool,
+    ) -> list[dict[str, Any]]:
+        body_hash = _fingerprint(specs, single)
+        ids = [t.id for t in built]
+        seen = self.idempotency.claim(tenant.name, key, body_hash, ids, built[0].created_ms)
         if seen is not None and seen.body_hash != body_hash:
             raise IdempotencyConflict(
                 "this Idempotency-Key was already used with a different request body"
             )
         if seen is not None and seen.response is not None:
-            return dict(json.loads(seen.response))
-        if seen is not None:
-            # a first attempt is in flight or died before answering: use the id it recorded,
-            # so the conditional create below can only ever make one timer for this key
-            timer = replace(timer, id=seen.timer_id)
+            return list(json.loads(seen.response))
+        if seen is None:
+            self._store_new(built)
+            views = [timer_view(t) for t in built]
+        else:
+            # A first attempt is in flight or died before answering: create under the ids it
+            # recorded, one by one and only if absent, so a key never makes two sets of timers.
+            views = []
+            for timer, timer_id in zip(built, seen.timer_ids, strict=True):
+                again = replace(timer, id=timer_id)
+                again = replace(again, bucket=bucket_for(
+                    tenant.name, timer_id, self.bucket_count, tenant.spread
+                ))  # fmt: skip
+                try:
+                    self._store_new([again])
+                    views.append(timer_view(again))
+                except ConcurrentUpdate:
+                    views.append(self.get(tenant, timer_id))
+        self.idempotency.complete(tenant.name, key, json.dumps(views))
+        return views
+
+    def _store_new(self, created: Sequence[Timer]) -> None:
+        """Wakeups first (a wakeup without its timer is skipped as stale), then the timers,
+        then the fast path: what is due within the look-ahead goes into Redis now."""
+        one_shots = [t for t in created if _member(t) is not None and not is_recurring(t.schedule)]
+        if one_shots:
+            self.wakeups.put(self.wakeups.items((t.bucket, _placed(t)) for t in one_shots))
         try:
-            view = self._view_after_write(None, self.timers.put(timer))
-        except ConcurrentUpdate:
-            existing = self.timers.get(tenant.name, timer.id)
-            if existing is None:
-                raise
-            view = timer_view(existing)
-        self.idempotency.complete(tenant.name, key, json.dumps(view))
-        return view
+            self.timers.create(created)
+        except Exception:  # all or nothing: take back what a batch wrote before it failed
+            self.timers.remove_new(created)
+            raise
+        soon = [t for t in created if self._due_soon(t)]
+        if soon and self.index is not None:
+            try:
+                self.index.ensure([(t.bucket, _placed(t), timers.to_card(t)) for t in soon])
+            except Exception:  # the migrator puts them in from DynamoDB; this only costs time
+                log.warning("fast path failed; the migrator will catch up", exc_info=True)
 
     def _target(self, tenant: Tenant, queue_url: str | None) -> str:
         if queue_url is None:
@@ -127,37 +212,67 @@ class TimerService:
     # ---------------------------------------------------------------- read
 
     def get(self, tenant: Tenant, timer_id: str) -> dict[str, Any]:
-        return timer_view(self._load(tenant, timer_id))
+        return timer_view(self._current(self._load(tenant, timer_id))[0])
 
     def list(
         self, tenant: Tenant, status: str | None, limit: int, cursor: str | None
     ) -> dict[str, Any]:
-        after = _decode_cursor(cursor, tenant, scope=f"timers:{status or '*'}")
-        items, last = self.timers.list(tenant.name, status, limit, after)
+        """A page of the tenant's timers by id; ``status`` filters the derived status, and a
+        page is full unless the listing ended."""
+        scope = f"timers:{status or '*'}"
+        after = _decode_cursor(cursor, tenant, scope)
+        items: builtins.list[Timer] = []
+        more = True
+        while more and len(items) < limit:
+            page, more = self.timers.page(tenant.name, after, limit)
+            if not page:
+                break
+            after = page[-1].id
+            shown = self._resolve(page, consistent=False)
+            items += [t for t in shown if status is None or t.status == status]
+        items = items[:limit]
+        last = items[-1].id if items and (more or len(items) == limit) else None
         return {
             "items": [timer_view(t) for t in items],
-            "next_cursor": _encode_cursor(last, tenant, scope=f"timers:{status or '*'}"),
+            "next_cursor": _encode_cursor(last, tenant, scope),
         }
 
     def fire_history(
         self, tenant: Tenant, timer_id: str, limit: int, cursor: str | None
     ) -> dict[str, Any]:
-        self._load(tenant, timer_id)
+        """Newest first, from the claim entries: the timer is found for this tenant first."""
+        timer, _ = self._current(self._load(tenant, timer_id))
         scope = f"fires:{timer_id}"
         before = _decode_cursor(cursor, tenant, scope)
-        records, last = self.fires.history(
-            tenant.name, timer_id, limit, int(before) if before is not None else None
-        )
+        start = int(before) if before is not None else timer.last_fire_pos
+        [(fires, more)] = drive([history(timer.bucket, timer.id, start, limit)], self.claims.read)
         return {
-            "items": [
-                fire_view(r.fire_id, r.scheduled_ms, r.status, r.enqueued_ms, r.lag_ms, r.reason)
-                for r in records
-            ],
-            "next_cursor": _encode_cursor(None if last is None else str(last), tenant, scope),
+            "items": [fire_view(timer.id, pos, entry) for pos, entry in fires],
+            "next_cursor": _encode_cursor(None if more is None else str(more), tenant, scope),
         }
 
     def preview(self, plan: Plan, count: int) -> dict[str, Any]:
         return {"fire_times": [format_ms(ms) for ms in preview(plan, count)]}
+
+    def _load(self, tenant: Tenant, timer_id: str) -> Timer:
+        timer = self.timers.get(tenant.name, timer_id)
+        if timer is None:
+            raise NotFound(f"no timer {timer_id!r}")
+        return timer
+
+    def _resolve(self, stored: Sequence[Timer], consistent: bool = False) -> Sequence[Timer]:
+        now = self.clock()
+        cursors = drive(
+            [walk(t, now) for t in stored],
+            lambda refs: self.claims.read(refs, consistent=consistent),
+        )
+        return [resolved(t, c) for t, c in zip(stored, cursors, strict=True)]
+
+    def _current(self, stored: Timer) -> tuple[Timer, int | None]:
+        """The derived timer, and the position a change must tombstone (None: nothing can
+        fire, the timer is not active)."""
+        (current,) = self._resolve([stored], consistent=True)
+        return current, current.next_fire_ms if current.status == "active" else None
 
     # ---------------------------------------------------------------- change
 
@@ -167,74 +282,104 @@ class TimerService:
                 **changes,
                 "target_queue_url": self._target(tenant, changes["target_queue_url"]),
             }
-        return self._update(tenant, timer_id, lambda t, now: timers.patch(t, changes, now))
+        return self._change(tenant, timer_id, lambda t, now: timers.patch(t, changes, now))
 
     def pause(self, tenant: Tenant, timer_id: str) -> dict[str, Any]:
-        return self._update(tenant, timer_id, timers.pause)
+        return self._change(tenant, timer_id, timers.pause)
 
     def resume(self, tenant: Tenant, timer_id: str) -> dict[str, Any]:
-        return self._update(tenant, timer_id, timers.resume)
+        return self._change(tenant, timer_id, timers.resume)
 
     def delete(self, tenant: Tenant, timer_id: str) -> None:
-        def attempt() -> None:
-            timer = self._load(tenant, timer_id)
-            self.timers.delete(timer)
-            self._unindex(timer)
+        self._change(tenant, timer_id, None)
 
-        _retry_on_conflict(attempt)
-
-    def _update(
-        self, tenant: Tenant, timer_id: str, change: Callable[[Timer, int], Timer]
+    def _change(
+        self, tenant: Tenant, timer_id: str, change: Callable[[Timer, int], Timer] | None
     ) -> dict[str, Any]:
+        """Re-read, derive, apply, and commit in one transaction with a tombstone on the
+        cursor; a claim or another change that got there first makes it start over."""
+
         def attempt() -> dict[str, Any]:
-            before = self._load(tenant, timer_id)
-            after = change(before, self.clock())
-            if after == before:
-                return timer_view(before)
-            return self._view_after_write(before, self.timers.put(after))
+            stored = self._load(tenant, timer_id)
+            current, cursor = self._current(stored)
+            now = self.clock()
+            after = None if change is None else change(current, now)
+            if after is not None and after == current:
+                return timer_view(current)
+            if after is not None:
+                after = self._with_expiry(replace(after, rev=stored.rev + 1), now)
+            writes = self.timers.change_writes(stored, after)
+            new_rev = stored.rev + 1
+            if cursor is not None:
+                ref = entry_ref(stored.bucket, stored.id, cursor)
+                writes.append(self.claims.tombstone_update(ref, tombstone(new_rev), now))
+            if (
+                after is not None
+                and (member := _member(after)) is not None
+                and not (is_recurring(after.schedule))
+            ):
+                wakeup = self.wakeups.items([(after.bucket, member)])[0]
+                writes.append({"Put": {"TableName": _table(wakeup), "Item": wakeup.serialize()}})
+            self.timers.transact(writes)
+            self._sync(stored, after, new_rev)
+            return timer_view(after) if after is not None else {}
 
         return _retry_on_conflict(attempt)
 
-    def _load(self, tenant: Tenant, timer_id: str) -> Timer:
-        timer = self.timers.get(tenant.name, timer_id)
-        if timer is None:
-            raise NotFound(f"no timer {timer_id!r}")
-        return timer
-
-    # ---------------------------------------------------------------- fast path
-
-    def _view_after_write(self, before: Timer | None, after: Timer) -> dict[str, Any]:
-        """Keep Redis in step with a write; DynamoDB stays the truth if Redis is unreachable."""
-        if before is not None and _occurrence(before) != _occurrence(after):
-            self._sync("remove", before)
-        due = _occurrence(after)
-        if due is not None and due[2] <= self.clock() + self.lookahead_ms:
-            self._sync("add", after)
-        return timer_view(after)
-
-    def _unindex(self, timer: Timer) -> None:
-        self._sync("remove", timer)
-
-    def _sync(self, action: Literal["add", "remove"], timer: Timer) -> None:
-        occurrence = _occurrence(timer)
-        if self.index is None or occurrence is None:
+    def _sync(self, before: Timer, after: Timer | None, rev: int) -> None:
+        """Keep Redis in step with a committed change; DynamoDB stays the truth if Redis is
+        unreachable (the tombstone already stops the old position)."""
+        if self.index is None:
             return
-        apply = self.index.add if action == "add" else self.index.remove
+        soon = after is not None and self._due_soon(after)
         try:
-            apply([occurrence])
-        except Exception:  # the migrator rebuilds Redis from DynamoDB; this only costs latency
-            log.warning("fast path %s failed; the migrator will catch up", action, exc_info=True)
+            self.index.replace(
+                before.bucket,
+                before.id,
+                rev,
+                _placed(after) if soon and after is not None else None,
+                timers.to_card(after) if soon and after is not None else None,
+            )
+        except Exception:
+            log.warning("fast path failed; the migrator will catch up", exc_info=True)
+
+    def _due_soon(self, timer: Timer) -> bool:
+        member = _member(timer)
+        return member is not None and member.due <= self.clock() + self.lookahead_ms
+
+    def _with_expiry(self, timer: Timer, now: int) -> Timer:
+        """When the timer is deleted: a one-shot ``retention`` after it is due (set ahead, so
+        firing it writes nothing); a timer completed by a change ``retention`` from now."""
+        if timer.status == "completed":
+            return replace(timer, expires_ms=now + self.retention_ms)
+        due = timer.next_fire_ms
+        if timer.status == "active" and due is not None and not is_recurring(timer.schedule):
+            return replace(timer, expires_ms=due + self.retention_ms)
+        return replace(timer, expires_ms=None)
 
 
-def _occurrence(timer: Timer) -> Occurrence | None:
-    """The Redis member a timer should have, if any."""
-    if not timer.is_due_indexed or timer.next_fire_ms is None:
+def _member(timer: Timer) -> Member | None:
+    """The Redis member an active timer's cursor stands for."""
+    if timer.status != "active" or timer.next_fire_ms is None:
         return None
-    return (timer.tenant, timer.id, timer.next_fire_ms)
+    return Member(
+        timer.tenant, timer.id, timer.next_fire_ms, timer.rev, timer.fire_count,
+        timer.last_fire_pos,
+    )  # fmt: skip
+
+
+def _placed(timer: Timer) -> Member:
+    member = _member(timer)
+    assert member is not None
+    return member
+
+
+def _table(item: Any) -> str:
+    return str(type(item).Meta.table_name)
 
 
 def _retry_on_conflict(attempt: Callable[[], T]) -> T:
-    """Optimistic concurrency: re-read and re-apply when another writer won (e.g. a fire)."""
+    """Optimistic concurrency: re-read and re-apply when a claim or another writer won."""
     for _ in range(WRITE_ATTEMPTS - 1):
         try:
             return attempt()
@@ -243,9 +388,14 @@ def _retry_on_conflict(attempt: Callable[[], T]) -> T:
     return attempt()
 
 
-def _fingerprint(spec: TimerSpec) -> str:
+def _fingerprint(specs: Sequence[TimerSpec], single: bool) -> str:
     canonical = json.dumps(
-        {**spec.__dict__, "schedule": repr(spec.schedule)}, sort_keys=True, default=str
+        {
+            "single": single,
+            "timers": [{**s.__dict__, "schedule": repr(s.schedule)} for s in specs],
+        },
+        sort_keys=True,
+        default=str,
     )
     return hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -23,6 +23,8 @@ from timers.core.schedule import (
     first_fire,
     is_recurring,
     next_fire,
+    schedule_from_dict,
+    schedule_to_dict,
     validate_plan,
 )
 
@@ -33,7 +35,19 @@ PAYLOAD_LIMIT_BYTES = 64 * 1024
 TENANT_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 _TIMING_FIELDS = frozenset({"schedule", "start_ms", "end_ms", "max_fires"})
 _READ_ONLY = frozenset(
-    {"tenant", "id", "anchor_ms", "status", "next_fire_ms", "fire_count", "created_ms", "version"}
+    {
+        "tenant",
+        "id",
+        "anchor_ms",
+        "status",
+        "next_fire_ms",
+        "fire_count",
+        "last_fire_pos",
+        "created_ms",
+        "rev",
+        "bucket",
+        "expires_ms",
+    }
 )
 
 
@@ -53,11 +67,14 @@ class Timer:
     end_ms: int | None = None
     max_fires: int | None = None
     status: Status = "active"
-    next_fire_ms: int | None = None
+    next_fire_ms: int | None = None  # the cursor: the one occurrence that may fire next
     fire_count: int = 0
+    last_fire_pos: int | None = None  # chain position of the last claim entry (fire history)
     created_ms: int = 0
     updated_ms: int = 0
-    version: int | None = None  # optimistic-concurrency version, owned by the store
+    rev: int = 0  # revision: 0 until first stored, then +1 per change (optimistic concurrency)
+    bucket: int = 0  # Redis bucket, fixed at creation (see timers.core.chain.bucket_for)
+    expires_ms: int | None = None  # when a completed timer is deleted (retention)
 
     @property
     def plan(self) -> Plan:
@@ -77,12 +94,12 @@ def fire_id(timer_id: str, due_ms: int) -> str:
     return f"{timer_id}:{due_ms}"
 
 
-def serialize_payload(payload: Any) -> str:
+def serialize_payload(payload: Any, field: str = "payload") -> str:
     text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
     if len(text.encode()) > PAYLOAD_LIMIT_BYTES:
         raise PayloadTooLarge(
-            f"payload is over {PAYLOAD_LIMIT_BYTES} bytes when serialized",
-            [FieldError("payload", f"must be at most {PAYLOAD_LIMIT_BYTES} bytes serialized")],
+            f"{field} is over {PAYLOAD_LIMIT_BYTES} bytes when serialized",
+            [FieldError(field, f"must be at most {PAYLOAD_LIMIT_BYTES} bytes serialized")],
         )
     return text
 
@@ -192,3 +209,44 @@ def advance(timer: Timer, fire_ms: int | None, now_ms: int) -> Timer:
     fire_count = timer.fire_count + (0 if fire_ms is None else 1)
     upcoming = next_fire(timer.plan, now_ms if fire_ms is None else fire_ms)
     return _settle(replace(timer, fire_count=fire_count), upcoming)
+
+
+# ---------------------------------------------------------------- the trigger's copy
+
+
+def to_card(timer: Timer) -> str:
+    """What a trigger needs of a timer, as Redis keeps it beside the timer's members:
+    ``"<rev>|<json>"`` (the revision first, so scripts compare it without decoding JSON)."""
+    body = {
+        "s": schedule_to_dict(timer.schedule),
+        "a": timer.anchor_ms,
+        "st": timer.start_ms,
+        "en": timer.end_ms,
+        "mx": timer.max_fires,
+        "mf": timer.misfire,
+        "q": timer.target_queue_url,
+        "nm": timer.name,
+        "p": timer.payload_json,
+        "b": timer.bucket,
+    }
+    return f"{timer.rev}|{json.dumps(body, separators=(',', ':'), ensure_ascii=False)}"
+
+
+def from_card(tenant: str, timer_id: str, card: str) -> Timer:
+    rev, text = card.split("|", 1)
+    body = json.loads(text)
+    return Timer(
+        tenant=tenant,
+        id=timer_id,
+        schedule=schedule_from_dict(body["s"]),
+        anchor_ms=body["a"],
+        target_queue_url=body["q"],
+        payload_json=body["p"],
+        misfire=body["mf"],
+        name=body["nm"],
+        start_ms=body["st"],
+        end_ms=body["en"],
+        max_fires=body["mx"],
+        rev=int(rev),
+        bucket=body["b"],
+    )

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from timers.core.chain import Entry
 from timers.core.schedule import schedule_to_dict
-from timers.core.timer import Timer
+from timers.core.timer import Timer, fire_id
 from timers.core.times import format_ms
+
+STATUS_OF: dict[str, str] = {"p": "pending", "d": "enqueued", "f": "failed"}
 
 
 def _time(ms: int | None) -> str | None:
@@ -15,6 +18,7 @@ def _time(ms: int | None) -> str | None:
 
 
 def timer_view(timer: Timer) -> dict[str, Any]:
+    """A timer as a user sees it (give it the derived timer: timers.core.chain.resolved)."""
     return {
         "id": timer.id,
         "name": timer.name,
@@ -30,22 +34,19 @@ def timer_view(timer: Timer) -> dict[str, Any]:
         "fire_count": timer.fire_count,
         "created_at": _time(timer.created_ms),
         "updated_at": _time(timer.updated_ms),
+        "expires_at": _time(timer.expires_ms) if timer.status == "completed" else None,
     }
 
 
-def fire_view(
-    fire_id: str,
-    scheduled_ms: int,
-    status: str,
-    enqueued_ms: int | None,
-    lag_ms: int | None,
-    reason: str | None = None,
-) -> dict[str, Any]:
+def fire_view(timer_id: str, pos: int, entry: Entry) -> dict[str, Any]:
+    """One fire from its claim entry at chain position ``pos``."""
+    scheduled = entry.fired if entry.fired is not None else pos
+    enqueued = entry.enqueued if entry.state == "d" else None
     return {
-        "fire_id": fire_id,
-        "scheduled_at": format_ms(scheduled_ms),
-        "enqueued_at": _time(enqueued_ms),
-        "lag_ms": lag_ms,
-        "status": status,
-        "reason": reason,  # why a fire failed; null otherwise
+        "fire_id": fire_id(timer_id, scheduled),
+        "scheduled_at": format_ms(scheduled),
+        "enqueued_at": _time(enqueued),
+        "lag_ms": None if enqueued is None else enqueued - scheduled,
+        "status": STATUS_OF[entry.state],
+        "reason": entry.reason,  # why a fire failed; null otherwise
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,12 @@ from timers.core.errors import FieldError, InvalidInput, NotFound
 from timers.core.timer import TENANT_NAME
 
 DEFAULT_RATE_LIMIT_PER_S = 50
+DEFAULT_SPREAD = 8
+"""Buckets a tenant's timers share (see timers.core.chain.bucket_for): one tenant's burst
+occupies at most this many; a tenant with bursts of many thousands gets more."""
 KEY_PREFIX = "tk_"
+AUTH_CACHE_MS = 30_000
+"""An api instance remembers a key's tenant this long: a revoked key stops working within it."""
 
 
 class TenantItem(Model):
@@ -32,6 +38,7 @@ class TenantItem(Model):
     callback_queue_url = UnicodeAttribute()
     allowed_queue_urls = UnicodeSetAttribute(null=True)
     rate_limit_per_s = NumberAttribute(default=DEFAULT_RATE_LIMIT_PER_S)
+    spread = NumberAttribute(default=DEFAULT_SPREAD)
     created_ms = NumberAttribute()
 
 
@@ -56,6 +63,7 @@ class Tenant:
     callback_queue_url: str
     allowed_queue_urls: frozenset[str] = field(default_factory=frozenset)
     rate_limit_per_s: int = DEFAULT_RATE_LIMIT_PER_S
+    spread: int = DEFAULT_SPREAD
 
     def may_target(self, queue_url: str) -> bool:
         return queue_url == self.callback_queue_url or queue_url in self.allowed_queue_urls
@@ -75,6 +83,7 @@ def _to_tenant(item: TenantItem) -> Tenant:
         callback_queue_url=item.callback_queue_url,
         allowed_queue_urls=frozenset(item.allowed_queue_urls or ()),
         rate_limit_per_s=int(item.rate_limit_per_s),
+        spread=int(item.spread),
     )
 
 
@@ -94,6 +103,35 @@ def authenticate(api_key: str | None) -> Tenant | None:
     except ApiKeyItem.DoesNotExist:
         return None
     return get_tenant(key.tenant)
+
+
+class CachedAuthenticator:
+    """``authenticate`` with a per-instance memory of recent answers (hashed keys only), so a
+    busy api reads the tenants table about once per key per AUTH_CACHE_MS, not per request."""
+
+    def __init__(
+        self,
+        clock: Callable[[], int],
+        lookup: Callable[[str | None], Tenant | None] | None = None,
+        ttl_ms: int = AUTH_CACHE_MS,
+    ) -> None:
+        self._clock = clock
+        self._lookup = lookup or authenticate
+        self._ttl_ms = ttl_ms
+        self._seen: dict[str, tuple[int, Tenant | None]] = {}
+
+    def __call__(self, api_key: str | None) -> Tenant | None:
+        if not api_key:
+            return None
+        digest, now = _hash(api_key), self._clock()
+        seen = self._seen.get(digest)
+        if seen is not None and now - seen[0] < self._ttl_ms:
+            return seen[1]
+        tenant = self._lookup(api_key)
+        if len(self._seen) > 10_000:  # bounded: a flood of bad keys cannot grow it forever
+            self._seen.clear()
+        self._seen[digest] = (now, tenant)
+        return tenant
 
 
 def validate_name(name: str) -> None:
@@ -138,6 +176,15 @@ def allow_queue(name: str, queue_url: str) -> Tenant:
     """Let the tenant target an extra queue (it must also be inside the trigger's IAM scope)."""
     item = _get_item(name)
     item.update(actions=[TenantItem.allowed_queue_urls.add({queue_url})])
+    return _to_tenant(item)
+
+
+def set_spread(name: str, spread: int) -> Tenant:
+    """How many buckets the tenant's *new* timers share (existing timers keep theirs)."""
+    if not 1 <= spread <= 16_384:
+        raise InvalidInput("invalid spread", [FieldError("spread", "from 1 to 16384")])
+    item = _get_item(name)
+    item.update(actions=[TenantItem.spread.set(spread)])
     return _to_tenant(item)
 
 

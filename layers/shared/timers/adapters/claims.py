@@ -1,0 +1,270 @@
+"""DynamoDB ``claims`` table: one item per bucket and second, one attribute per claimed position.
+
+The item key is ``k = "<bucket>/<second>"``; each entry is a top-level map attribute named
+``<timer id>@<ms>`` (see :mod:`timers.core.chain`). A write costs the item's size, so one
+conditional ``UpdateItem`` claims a whole chunk of fires and one records it. boto3's low-level
+client is used directly: entry names are data, which a pynamodb model cannot express, and the
+trigger's hot path is lighter without an ORM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from botocore.exceptions import ClientError
+
+from timers.core.chain import Entry, EntryRef
+
+CHUNK = 100
+"""Entries per conditional write: each costs two operators of the 300 an expression may hold,
+and ~40 characters of its 4 KB."""
+
+BATCH_GET = 100  # keys per BatchGetItem
+TTL_ATTRIBUTE = "expires_at"
+
+_FIELDS = {  # Entry field -> (map key, DynamoDB type)
+    "state": ("s", "S"),
+    "rev": ("r", "N"),
+    "n": ("n", "N"),
+    "pv": ("pv", "N"),
+    "owner": ("o", "S"),
+    "until": ("u", "N"),
+    "enqueued": ("q", "N"),
+    "reason": ("x", "S"),
+    "fired": ("f", "N"),
+    "next": ("nx", "N"),
+    "end": ("e", "BOOL"),
+}
+_NAMES = {f"#{key}": key for key, _ in _FIELDS.values()}
+
+
+def to_item_value(entry: Entry) -> dict[str, Any]:
+    """The entry as a DynamoDB map value (absent fields left out)."""
+    fields: dict[str, Any] = {}
+    for name, (key, kind) in _FIELDS.items():
+        value = getattr(entry, name)
+        if value is None or (kind == "BOOL" and not value):
+            continue
+        fields[key] = {kind: value if kind in ("S", "BOOL") else str(value)}
+    return {"M": fields}
+
+
+def from_item_value(value: Mapping[str, Any]) -> Entry:
+    fields = value["M"]
+    kwargs: dict[str, Any] = {}
+    for name, (key, kind) in _FIELDS.items():
+        if key in fields:
+            raw = fields[key][kind]
+            kwargs[name] = int(raw) if kind == "N" else raw
+    return Entry(**kwargs)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a claimed fire ended: ``d`` sent or ``f`` failed (with a reason), at ``enqueued``."""
+
+    state: str
+    enqueued: int
+    reason: str | None = None
+
+
+class ClaimStore:
+    def __init__(self, table: str, retention_days: int, client: Any = None) -> None:
+        self.table = table
+        self.retention_days = retention_days
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:  # built on first use: once per cold start, not at import
+            self._client = boto3.client("dynamodb")
+        return self._client
+
+    def expires_at(self, key: str) -> int:
+        """TTL of a claim item (epoch seconds): its second plus the retention."""
+        second = int(key.split("/", 1)[1])
+        return second + self.retention_days * 86_400
+
+    # ---------------------------------------------------------------- reads
+
+    def read(
+        self, refs: Iterable[EntryRef], consistent: bool = False
+    ) -> dict[EntryRef, Entry | None]:
+        """The entries named (None where absent), in batches of BATCH_GET items."""
+        wanted: dict[str, set[str]] = {}
+        for key, name in refs:
+            wanted.setdefault(key, set()).add(name)
+        found: dict[EntryRef, Entry | None] = {
+            (key, name): None for key, names in wanted.items() for name in names
+        }
+        keys = sorted(wanted)
+        for start in range(0, len(keys), BATCH_GET):
+            chunk = keys[start : start + BATCH_GET]
+            names = sorted({n for key in chunk for n in wanted[key]})
+            request: dict[str, Any] = {
+                "Keys": [{"k": {"S": key}} for key in chunk],
+                "ConsistentRead": consistent,
+                "ProjectionExpression": ", ".join(["k", *(f"#p{i}" for i in range(len(names)))]),
+                "ExpressionAttributeNames": {f"#p{i}": n for i, n in enumerate(names)},
+            }
+            for item in self._batch_get(request):
+                key = item["k"]["S"]
+                for name in wanted.get(key, ()):
+                    if name in item:
+                        found[(key, name)] = from_item_value(item[name])
+        return found
+
+    def _batch_get(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        pending: dict[str, Any] = {self.table: request}
+        for _ in range(10):
+            response = self.client.batch_get_item(RequestItems=pending)
+            items += response["Responses"].get(self.table, [])
+            pending = response.get("UnprocessedKeys") or {}
+            if not pending:
+                return items
+        raise RuntimeError("claims: BatchGetItem kept returning unprocessed keys")
+
+    # ---------------------------------------------------------------- writes
+
+    def claim(self, key: str, entries: Mapping[str, Entry]) -> bool:
+        """Write every entry in one conditional write, if none of them exists yet."""
+        names = list(entries)
+        return self._update(
+            key,
+            "SET "
+            + ", ".join(f"#e{i} = :v{i}" for i in range(len(names)))
+            + f", {TTL_ATTRIBUTE} = if_not_exists({TTL_ATTRIBUTE}, :ttl)",
+            " AND ".join(f"attribute_not_exists(#e{i})" for i in range(len(names))),
+            names,
+            {
+                **{f":v{i}": to_item_value(entries[n]) for i, n in enumerate(names)},
+                ":ttl": {"N": str(self.expires_at(key))},
+            },
+        )
+
+    def take_over(self, key: str, name: str, entry: Entry, old: Entry) -> bool:
+        """Replace a tombstone of an older revision, or a lapsed pending claim, with ``entry``
+        - only if the entry is still exactly what was read."""
+        if old.state == "t":
+            condition = "#e0.#s = :os AND #e0.#r = :orev"
+            values = {":os": {"S": "t"}, ":orev": {"N": str(old.rev)}}
+        else:
+            condition = "#e0.#s = :os AND #e0.#o = :oo AND #e0.#u = :ou"
+            values = {
+                ":os": {"S": "p"},
+                ":oo": {"S": old.owner or ""},
+                ":ou": {"N": str(old.until or 0)},
+            }
+        return self._update(
+            key,
+            f"SET #e0 = :v0, {TTL_ATTRIBUTE} = if_not_exists({TTL_ATTRIBUTE}, :ttl)",
+            condition,
+            [name],
+            {**values, ":v0": to_item_value(entry), ":ttl": {"N": str(self.expires_at(key))}},
+            nested=True,
+        )
+
+    def record(self, key: str, owner: str, outcomes: Mapping[str, Outcome]) -> bool:
+        """Mark claimed entries sent or failed, only while every one is still ``owner``'s."""
+        names = list(outcomes)
+        sets: list[str] = []
+        values: dict[str, Any] = {":own": {"S": owner}}
+        for i, name in enumerate(names):
+            outcome = outcomes[name]
+            sets += [f"#e{i}.#s = :s{i}", f"#e{i}.#q = :q{i}"]
+            values[f":s{i}"] = {"S": outcome.state}
+            values[f":q{i}"] = {"N": str(outcome.enqueued)}
+            if outcome.reason is not None:
+                sets.append(f"#e{i}.#x = :x{i}")
+                values[f":x{i}"] = {"S": outcome.reason[:1000]}
+        removes = [f"#e{i}.#{field}" for i in range(len(names)) for field in ("o", "u")]
+        return self._update(
+            key,
+            f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
+            " AND ".join(f"#e{i}.#o = :own" for i in range(len(names))),
+            names,
+            values,
+            nested=True,
+        )
+
+    def unclaim(self, key: str, owner: str, names: Sequence[str]) -> bool:
+        """Remove pending entries that are still ``owner``'s (work the run hands back)."""
+        return self._update(
+            key,
+            "REMOVE " + ", ".join(f"#e{i}" for i in range(len(names))),
+            " AND ".join(f"#e{i}.#o = :own" for i in range(len(names))),
+            list(names),
+            {":own": {"S": owner}},
+            nested=True,
+        )
+
+    def tombstone_update(self, ref: EntryRef, entry: Entry, now_ms: int) -> dict[str, Any]:
+        """A TransactWriteItems ``Update`` that puts a tombstone on a position - only if the
+        position has no claim (absent, a tombstone, or a pending claim that lapsed)."""
+        key, name = ref
+        return {
+            "Update": {
+                "TableName": self.table,
+                "Key": {"k": {"S": key}},
+                "UpdateExpression": (
+                    f"SET #e0 = :v0, {TTL_ATTRIBUTE} = if_not_exists({TTL_ATTRIBUTE}, :ttl)"
+                ),
+                "ConditionExpression": (
+                    "attribute_not_exists(#e0) OR #e0.#s = :t OR (#e0.#s = :p AND #e0.#u < :lapsed)"
+                ),
+                "ExpressionAttributeNames": {"#e0": name, "#s": "s", "#u": "u"},
+                "ExpressionAttributeValues": {
+                    ":v0": to_item_value(entry),
+                    ":ttl": {"N": str(self.expires_at(key))},
+                    ":t": {"S": "t"},
+                    ":p": {"S": "p"},
+                    ":lapsed": {"N": str(now_ms - _lapse_margin())},
+                },
+            }
+        }
+
+    def _update(
+        self,
+        key: str,
+        update: str,
+        condition: str,
+        names: Sequence[str],
+        values: Mapping[str, Any],
+        nested: bool = False,
+    ) -> bool:
+        attribute_names = {f"#e{i}": name for i, name in enumerate(names)}
+        if nested:
+            attribute_names.update({k: v for k, v in _NAMES.items() if k in update + condition})
+        try:
+            self.client.update_item(
+                TableName=self.table,
+                Key={"k": {"S": key}},
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=attribute_names,
+                ExpressionAttributeValues=dict(values),
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+
+def _lapse_margin() -> int:
+    from timers.core.chain import LAPSE_MARGIN_MS
+
+    return LAPSE_MARGIN_MS
+
+
+def chunks(entries: Mapping[str, Any], size: int = CHUNK) -> list[dict[str, Any]]:
+    """Split a claim item's entries into writes of at most ``size``."""
+    names = list(entries)
+    return [{n: entries[n] for n in names[i : i + size]} for i in range(0, len(names), size)]
+
+
+Reader = Callable[[Sequence[EntryRef]], Mapping[EntryRef, Entry | None]]

@@ -1,0 +1,362 @@
+"""DynamoDB ``timers`` table (pynamodb): the source of truth of each timer's plan and checkpoint.
+
+Key ``(tenant, timer_id)``: keying on the tenant walls tenants off by construction. A timer is
+written when its user changes it; a trigger only moves its checkpoint (every 128 fires, after a
+misfire jump, when the chain leaves Redis) and marks a recurring timer completed. The sparse
+GSI ``due-index (due_shard, ckpt_ms)`` holds active recurring timers, projecting ``rev`` and
+``bkt``. A payload over INLINE_PAYLOAD_BYTES lives in its own item ``(tenant, "<id>#payload")``
+so rewriting the timer never costs the payload's size.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+from botocore.exceptions import ClientError
+from pynamodb.attributes import NumberAttribute, TTLAttribute, UnicodeAttribute
+from pynamodb.exceptions import PutError, UpdateError
+from pynamodb.indexes import GlobalSecondaryIndex, IncludeProjection
+from pynamodb.models import Model
+
+from timers.core.errors import ConcurrentUpdate
+from timers.core.schedule import is_recurring, schedule_from_dict, schedule_to_dict
+from timers.core.timer import Timer
+
+INLINE_PAYLOAD_BYTES = 512
+"""Payloads up to this size sit in the timer item (a timer item then stays within 1 KB: one
+write unit); bigger ones in their own item."""
+
+PAYLOAD_SUFFIX = "#payload"
+
+
+class DueIndex(GlobalSecondaryIndex["TimerItem"]):
+    class Meta:
+        index_name = "due-index"
+        projection = IncludeProjection(["rev", "bkt"])
+
+    due_shard = UnicodeAttribute(hash_key=True)
+    ckpt_ms = NumberAttribute(range_key=True)
+
+
+class TimerItem(Model):
+    class Meta:
+        table_name = "timers"
+
+    tenant = UnicodeAttribute(hash_key=True)
+    timer_id = UnicodeAttribute(range_key=True)
+    name = UnicodeAttribute(null=True)
+    schedule = UnicodeAttribute()  # the contract's schedule JSON
+    anchor_ms = NumberAttribute()
+    start_ms = NumberAttribute(null=True)
+    end_ms = NumberAttribute(null=True)
+    max_fires = NumberAttribute(null=True)
+    target = UnicodeAttribute()  # the target queue URL
+    payload = UnicodeAttribute(null=True)  # None: in the payload item
+    misfire = UnicodeAttribute()
+    status = UnicodeAttribute()
+    ckpt_ms = NumberAttribute(null=True)  # the checkpoint: the cursor when it was written,
+    ckpt_n = NumberAttribute(default=0)  # the fires before it,
+    ckpt_pv = NumberAttribute(null=True)  # and the chain position before it
+    rev = NumberAttribute()
+    bkt = NumberAttribute()
+    due_shard = UnicodeAttribute(null=True)  # present only for active recurring timers
+    created_ms = NumberAttribute()
+    updated_ms = NumberAttribute()
+    expires_at = TTLAttribute(null=True)
+    due_index = DueIndex()
+
+
+class PayloadItem(Model):
+    """A big payload, beside its timer in the same table."""
+
+    class Meta:
+        table_name = "timers"
+
+    tenant = UnicodeAttribute(hash_key=True)
+    timer_id = UnicodeAttribute(range_key=True)  # "<timer id>#payload"
+    body = UnicodeAttribute()
+    expires_at = TTLAttribute(null=True)
+
+
+def bind(table: str) -> None:
+    TimerItem.Meta.table_name = table
+    PayloadItem.Meta.table_name = table
+
+
+def due_shard(timer_id: str, shards: int) -> str:
+    return str(zlib.crc32(timer_id.encode()) % shards)
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _ms(value: datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp() * 1000)
+
+
+def _datetime(ms: int | None) -> datetime | None:
+    return None if ms is None else _at(ms)
+
+
+def _at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def to_timer(item: TimerItem, payload: str | None = None) -> Timer:
+    return Timer(
+        tenant=item.tenant,
+        id=item.timer_id,
+        schedule=schedule_from_dict(json.loads(item.schedule)),
+        anchor_ms=int(item.anchor_ms),
+        target_queue_url=item.target,
+        payload_json=item.payload if item.payload is not None else (payload or "null"),
+        misfire=item.misfire,  # type: ignore[arg-type]
+        name=item.name,
+        start_ms=_int(item.start_ms),
+        end_ms=_int(item.end_ms),
+        max_fires=_int(item.max_fires),
+        status=item.status,  # type: ignore[arg-type]
+        next_fire_ms=_int(item.ckpt_ms),
+        fire_count=int(item.ckpt_n),
+        last_fire_pos=_int(item.ckpt_pv),
+        created_ms=int(item.created_ms),
+        updated_ms=int(item.updated_ms),
+        rev=int(item.rev),
+        bucket=int(item.bkt),
+        expires_ms=_ms(item.expires_at),
+    )
+
+
+def _external(timer: Timer) -> bool:
+    return len(timer.payload_json.encode()) > INLINE_PAYLOAD_BYTES
+
+
+class TimerStore:
+    """Reads and writes of timers; every call is scoped to one tenant's key."""
+
+    def __init__(self, due_shards: int, client: Any = None) -> None:
+        self.due_shards = due_shards
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        """The low-level client for transactions (built on first use)."""
+        if self._client is None:
+            self._client = boto3.client("dynamodb")
+        return self._client
+
+    @property
+    def table(self) -> str:
+        return str(TimerItem.Meta.table_name)
+
+    # ---------------------------------------------------------------- items
+
+    def item(self, timer: Timer) -> TimerItem:
+        """The timer's stored item; its checkpoint is the timer's cursor as given."""
+        indexed = (
+            timer.status == "active"
+            and timer.next_fire_ms is not None
+            and is_recurring(timer.schedule)
+        )
+        return TimerItem(
+            timer.tenant,
+            timer.id,
+            name=timer.name,
+            schedule=json.dumps(schedule_to_dict(timer.schedule)),
+            anchor_ms=timer.anchor_ms,
+            start_ms=timer.start_ms,
+            end_ms=timer.end_ms,
+            max_fires=timer.max_fires,
+            target=timer.target_queue_url,
+            payload=None if _external(timer) else timer.payload_json,
+            misfire=timer.misfire,
+            status=timer.status,
+            ckpt_ms=timer.next_fire_ms,
+            ckpt_n=timer.fire_count,
+            ckpt_pv=timer.last_fire_pos,
+            rev=timer.rev,
+            bkt=timer.bucket,
+            due_shard=due_shard(timer.id, self.due_shards) if indexed else None,
+            created_ms=timer.created_ms,
+            updated_ms=timer.updated_ms,
+            expires_at=_datetime(timer.expires_ms),
+        )
+
+    def payload_item(self, timer: Timer) -> PayloadItem | None:
+        if not _external(timer):
+            return None
+        return PayloadItem(
+            timer.tenant,
+            timer.id + PAYLOAD_SUFFIX,
+            body=timer.payload_json,
+            expires_at=_datetime(timer.expires_ms),
+        )
+
+    # ---------------------------------------------------------------- reads
+
+    def get(self, tenant: str, timer_id: str, consistent: bool = True) -> Timer | None:
+        if PAYLOAD_SUFFIX in timer_id:
+            return None
+        found = self.get_many([(tenant, timer_id)], consistent)
+        return found.get((tenant, timer_id))
+
+    def get_many(
+        self, keys: Iterable[tuple[str, str]], consistent: bool = True
+    ) -> dict[tuple[str, str], Timer]:
+        """Batch read of (tenant, timer id) keys, with their big payloads; missing are absent."""
+        wanted = {k for k in keys if PAYLOAD_SUFFIX not in k[1]}  # BatchGet rejects duplicates
+        if not wanted:
+            return {}
+        items = list(TimerItem.batch_get(wanted, consistent_read=consistent))
+        external = {(i.tenant, i.timer_id + PAYLOAD_SUFFIX) for i in items if i.payload is None}
+        found = PayloadItem.batch_get(external, consistent_read=consistent) if external else []
+        bodies = {(p.tenant, p.timer_id.removesuffix(PAYLOAD_SUFFIX)): p.body for p in found}
+        return {
+            (i.tenant, i.timer_id): to_timer(i, bodies.get((i.tenant, i.timer_id))) for i in items
+        }
+
+    def page(self, tenant: str, after_id: str | None, limit: int) -> tuple[list[Timer], bool]:
+        """Up to ``limit`` of a tenant's timers by id after ``after_id``; and whether more
+        may follow."""
+        start = {"tenant": {"S": tenant}, "timer_id": {"S": after_id}} if after_id else None
+        results = TimerItem.query(
+            tenant, limit=limit, last_evaluated_key=start, consistent_read=True
+        )
+        items = [i for i in results if PAYLOAD_SUFFIX not in i.timer_id]
+        more = results.last_evaluated_key is not None
+        full = self.get_many([(i.tenant, i.timer_id) for i in items if i.payload is None])
+        timers = [full.get((i.tenant, i.timer_id)) or to_timer(i) for i in items]
+        return timers, more
+
+    def due_page(
+        self, shard: str, until_ms: int, limit: int, start: dict[str, Any] | None
+    ) -> tuple[list[tuple[str, str, int, int, int]], dict[str, Any] | None]:
+        """Active recurring timers of a shard whose checkpoint is due by ``until_ms``, oldest
+        first: (tenant, timer id, checkpoint, rev, bucket); and where to continue."""
+        results = TimerItem.due_index.query(
+            shard,
+            range_key_condition=TimerItem.ckpt_ms <= until_ms,
+            limit=limit,
+            page_size=min(limit, 1_000),
+            last_evaluated_key=start,
+        )
+        rows = [(i.tenant, i.timer_id, int(i.ckpt_ms), int(i.rev), int(i.bkt)) for i in results]
+        return rows, (results.last_evaluated_key if len(rows) >= limit else None)
+
+    # ---------------------------------------------------------------- writes
+
+    def create(self, timers: Sequence[Timer]) -> None:
+        """New timers (and their big payloads): one conditional put for a single timer, batch
+        writes for many (their ids are new and random; a retry of the same request takes the
+        idempotency path, which creates one by one)."""
+        if len(timers) == 1:
+            self.create_one(timers[0])
+            return
+        with TimerItem.batch_write() as batch:
+            for timer in timers:
+                batch.save(self.item(timer))
+        payloads = [p for p in map(self.payload_item, timers) if p is not None]
+        if payloads:
+            with PayloadItem.batch_write() as batch:
+                for payload in payloads:
+                    batch.save(payload)
+
+    def remove_new(self, timers: Sequence[Timer]) -> None:
+        """Best effort: delete timers a failed batch create may have written."""
+        try:
+            with TimerItem.batch_write() as batch:
+                for timer in timers:
+                    batch.delete(TimerItem(timer.tenant, timer.id))
+        except Exception:  # what stays is valid, and the caller's retry with its key finds it
+            pass
+
+    def create_one(self, timer: Timer) -> None:
+        """Create the timer only if absent; raises ConcurrentUpdate if it exists."""
+        payload = self.payload_item(timer)
+        if payload is not None:
+            payload.save()
+        try:
+            self.item(timer).save(condition=TimerItem.timer_id.does_not_exist())
+        except PutError as exc:
+            if exc.cause_response_code == "ConditionalCheckFailedException":
+                raise ConcurrentUpdate("the timer exists already") from exc
+            raise
+
+    def change_writes(self, before: Timer, after: Timer | None) -> list[dict[str, Any]]:
+        """TransactWriteItems elements that replace ``before`` (at its revision) with ``after``
+        (None: delete it), payload item included."""
+        key = {"tenant": {"S": before.tenant}, "timer_id": {"S": before.id}}
+        guard = {
+            "ConditionExpression": "#rev = :rev",
+            "ExpressionAttributeNames": {"#rev": "rev"},
+            "ExpressionAttributeValues": {":rev": {"N": str(before.rev)}},
+        }
+        payload_key = {"tenant": key["tenant"], "timer_id": {"S": before.id + PAYLOAD_SUFFIX}}
+        if after is None:
+            writes: list[dict[str, Any]] = [
+                {"Delete": {"TableName": self.table, "Key": key, **guard}}
+            ]
+            if _external(before):
+                writes.append({"Delete": {"TableName": self.table, "Key": payload_key}})
+            return writes
+        writes = [{"Put": {"TableName": self.table, "Item": self.item(after).serialize(), **guard}}]
+        payload = self.payload_item(after)
+        if payload is not None and (
+            after.payload_json != before.payload_json or (after.expires_ms != before.expires_ms)
+        ):
+            writes.append({"Put": {"TableName": self.table, "Item": payload.serialize()}})
+        elif payload is None and _external(before):
+            writes.append({"Delete": {"TableName": self.table, "Key": payload_key}})
+        return writes
+
+    def transact(self, writes: Sequence[dict[str, Any]]) -> None:
+        """Run a change transaction; a failed condition becomes ConcurrentUpdate."""
+        try:
+            self.client.transact_write_items(TransactItems=list(writes))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "TransactionCanceledException":
+                raise ConcurrentUpdate("the timer or its next fire changed; retry") from exc
+            raise
+
+    def checkpoint(self, timer: Timer, pos: int | None, n: int, last: int | None) -> bool:
+        """Move the checkpoint of ``timer`` (at its revision); False if the timer changed."""
+        actions = [
+            TimerItem.ckpt_ms.set(pos) if pos is not None else TimerItem.ckpt_ms.remove(),
+            TimerItem.ckpt_n.set(n),
+            TimerItem.ckpt_pv.set(last) if last is not None else TimerItem.ckpt_pv.remove(),
+        ]
+        return self._update(timer, actions)
+
+    def complete(self, timer: Timer, n: int, last: int | None, expires_ms: int) -> bool:
+        """A recurring timer fired its last: completed, out of the due index, expiring."""
+        actions = [
+            TimerItem.status.set("completed"),
+            TimerItem.ckpt_ms.remove(),
+            TimerItem.ckpt_n.set(n),
+            TimerItem.ckpt_pv.set(last) if last is not None else TimerItem.ckpt_pv.remove(),
+            TimerItem.due_shard.remove(),
+            TimerItem.expires_at.set(_at(expires_ms)),
+        ]
+        done = self._update(timer, actions)
+        if done and _external(timer):
+            PayloadItem(timer.tenant, timer.id + PAYLOAD_SUFFIX).update(
+                actions=[PayloadItem.expires_at.set(_at(expires_ms))]
+            )
+        return done
+
+    def _update(self, timer: Timer, actions: list[Any]) -> bool:
+        try:
+            TimerItem(timer.tenant, timer.id).update(
+                actions=actions, condition=TimerItem.rev == timer.rev
+            )
+        except UpdateError as exc:
+            if exc.cause_response_code == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
