@@ -6,11 +6,11 @@ and dispatches; the others wait for it to lapse or be released.
 
 Every POLL_MS the holder reads the hints (bucket -> lower bound of its earliest due member,
 lowered by every adder) due within LEAD_MS. For each such bucket, smallest backlog first, it
-wants ``ceil(backlog / PER_TRIGGER)`` runs (at most MAX_PARALLEL) and starts each whose run
-marker it can set (``SET NX``, START_TTL_MS until the run extends it), then removes the hint if
-nobody lowered it meanwhile. A run re-hints its bucket when it ends, after clearing its marker,
-so every member has a hint or a run that will see it; every SWEEP_MS a backstop sweep re-hints
-every bucket from Redis itself (a lost invocation, a killed run).
+wants ``ceil(backlog / PER_TRIGGER)`` runs (at most MAX_PARALLEL): it removes the hint if
+nobody lowered it meanwhile, then starts each run whose marker it can set (``SET NX``,
+START_TTL_MS until the run extends it). A run re-hints its bucket when it ends, after clearing
+its marker, so every member has a hint or a run that will see it; every SWEEP_MS a backstop
+sweep re-hints every bucket from Redis itself (a lost invocation, a killed run).
 
 Correctness never rests on the lock or the markers: runs on one bucket lease disjoint members,
 and a run covers everything leasable when it looks. They only avoid idle invocations.
@@ -163,12 +163,15 @@ class Fanout:
                 if self.deps.index.take_hint(bucket, hint):
                     self.deps.index.rehint(bucket)
                 continue
+            # The hint goes first: a going run that ends after this clears its marker and then
+            # re-hints, so the work keeps a hint or a run (taken after a failed start_run, the
+            # hint that run's end had just restored would be lost until the sweep).
+            self.deps.index.take_hint(bucket, hint)  # the runs (new or going) re-hint at end
             for slot in range(runs_wanted(backlog[bucket])):
                 if self.deps.index.start_run(bucket, slot, self.token, START_TTL_MS):
                     starts.append((bucket, slot))
                 else:
                     self.report.busy += 1
-            self.deps.index.take_hint(bucket, hint)  # the runs (new or going) re-hint at end
         self._invoke(starts, now)
 
     def release(self) -> None:
