@@ -1,147 +1,178 @@
 """The fan-out against a real redis-server, with a fake clock and a recorder for Lambda invokes.
 
-Guards invariant 2 (never lost) on the fan-out's side: every second boundary is ticked by
-exactly one run, overlapping or late runs leave no gap, a dead run is replaced within the lock
-TTL; and invariant 1 (never early): a bucket is invoked only once its members are due.
+It guards the dispatch half of invariant 2 (never lost): every member has a hint or a run that
+will see it, a lost hint or invocation comes back through the sweep, overlapping or dead
+fan-out runs hand the polling over; and that no bucket is invoked twice while its run is queued
+or going. Runs are interleaved by stepping ``Fanout.steps`` on one fake clock.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 import redis
 
-from functions.fanout import app as fanout_app
-from ops.local.context import LambdaContext
 from tests.support.clock import T0, FakeClock
+from timers.adapters.redis_index import HINTS_KEY, Lock, RedisIndex
+from timers.core.chain import Member
 from timers.fanout import (
+    LEAD_MS,
     LOCK_KEY,
+    LOCK_RENEW_MS,
     LOCK_TTL_MS,
-    MARKER_KEY,
+    MAX_PARALLEL,
     MAX_RUN_MS,
+    PER_TRIGGER,
+    POLL_MS,
     STOP_MARGIN_MS,
-    TICK_MS,
+    SWEEP_MS,
     Fanout,
     FanoutDeps,
-    next_boundary,
     run_deadline,
     run_fanout,
-    slices,
+    runs_wanted,
 )
-from timers.redis_index import Lock, RedisIndex, bucket_of
 
 pytestmark = pytest.mark.integration
 
-EVENTS = Path(__file__).resolve().parents[2] / "events"
 BUCKETS = 8
 TRIGGER = "timers-trigger"
+FAR = T0 + 3_600_000  # a lease deadline no test reaches
 
 
 @dataclass
-class InvokeRecorder:
-    """Stands in for boto3's Lambda client: records each async invoke and when it happened."""
+class Invokes:
+    """Stands in for boto3's Lambda ``invoke``: records each async invoke (payload and the fake
+    time it happened), fails the next ``fail`` ones, and runs ``then`` after a recorded one."""
 
     clock: FakeClock
     calls: list[dict[str, Any]] = field(default_factory=list)
+    fail: int = 0
+    then: Callable[[dict[str, Any]], None] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def invoke(self, **kwargs: Any) -> dict[str, int]:
+    def __call__(self, **kwargs: Any) -> dict[str, int]:
         assert kwargs["FunctionName"] == TRIGGER
         assert kwargs["InvocationType"] == "Event"
+        payload = json.loads(kwargs["Payload"])
         with self._lock:
-            self.calls.append({**json.loads(kwargs["Payload"]), "at_ms": self.clock()})
+            if self.fail:
+                self.fail -= 1
+                raise RuntimeError("TooManyRequestsException")
+            self.calls.append({**payload, "clock": self.clock()})
+        if self.then is not None:
+            self.then(payload)
         return {"StatusCode": 202}
 
     def buckets(self) -> list[int]:
-        return sorted(c["bucket"] for c in self.calls)
+        return [c["bucket"] for c in self.calls]
 
 
-@pytest.fixture
-def recorder(clock: FakeClock) -> InvokeRecorder:
-    return InvokeRecorder(clock)
+def make_deps(client: Any, clock: FakeClock, invokes: Invokes, **overrides: Any) -> FanoutDeps:
+    tokens = itertools.count(1)
 
+    def sleep(seconds: float) -> None:  # never waits: the fake clock moves instead
+        clock.advance(round(seconds * 1000))
 
-def make_deps(
-    client: redis.Redis, clock: FakeClock, recorder: InvokeRecorder, **overrides: Any
-) -> FanoutDeps:
     deps = FanoutDeps(
         index=RedisIndex(client, BUCKETS),
         lock=Lock(client, LOCK_KEY, LOCK_TTL_MS),
-        marker=client,
-        invoke=recorder.invoke,
+        invoke=invokes,
         trigger_function=TRIGGER,
         clock=clock,
-        sleep=lambda seconds: sleep_on(clock, seconds),
+        sleep=sleep,
+        new_token=lambda: f"fan-{next(tokens)}",
     )
     return replace(deps, **overrides)
 
 
-def sleep_on(clock: FakeClock, seconds: float) -> None:
-    """The injected sleeper: it advances the fake clock instead of waiting."""
-    clock.advance(round(seconds * 1000))
+@pytest.fixture
+def invokes(clock: FakeClock) -> Invokes:
+    return Invokes(clock)
 
 
 @pytest.fixture
-def deps(redis_client: redis.Redis, clock: FakeClock, recorder: InvokeRecorder) -> FanoutDeps:
-    return make_deps(redis_client, clock, recorder)
+def index(redis_client: redis.Redis) -> RedisIndex:
+    return RedisIndex(redis_client, BUCKETS)
 
 
-def timer_ids_in(bucket: int, n: int) -> list[str]:
-    ids = (f"tmr_{i}" for i in range(100_000))
-    found = [t for t in ids if bucket_of(t, BUCKETS) == bucket]
-    return found[:n]
+@pytest.fixture
+def deps(redis_client: redis.Redis, clock: FakeClock, invokes: Invokes) -> FanoutDeps:
+    return make_deps(redis_client, clock, invokes)
 
 
-def fill(index: RedisIndex, bucket: int, n: int, due_ms: int) -> None:
-    index.add([("acme", t, due_ms) for t in timer_ids_in(bucket, n)])
+def add(index: RedisIndex, bucket: int, n: int, due: int, tenant: str = "acme") -> list[Member]:
+    """``n`` one-shot members due at ``due`` in ``bucket``, added as the migrator does."""
+    members = [Member(tenant, f"tmr_{bucket}_{due}_{i}", due, 1, 0) for i in range(n)]
+    assert index.ensure([(bucket, m, None) for m in members]) == n
+    return members
+
+
+def act_at(fanout: Fanout, clock: FakeClock, *instants: int) -> None:
+    for at in instants:
+        clock.now = at
+        fanout.act()
+
+
+def run_ended(index: RedisIndex, call: dict[str, Any]) -> None:
+    """What ``timers.firing.run_trigger`` does when a run ends: clear its marker, re-hint."""
+    assert index.end_run(call["bucket"], call["slot"], call["token"])
+    index.rehint(call["bucket"])
+
+
+@dataclass
+class FakeTrigger:
+    """A trigger run that happens at once when invoked: it leases what is due by the time the
+    real one would wait for (the invocation plus LEAD_MS), finishes it, ends its run."""
+
+    index: RedisIndex
+    taken: list[tuple[Member, int]] = field(default_factory=list)  # (member, invocation ms)
+
+    def __call__(self, payload: dict[str, Any]) -> None:
+        bucket, at = payload["bucket"], payload["at_ms"]
+        owner = f"{payload['token']}/{payload['slot']}"
+        got = self.index.lease(
+            bucket, now_ms=at, until_ms=at + LEAD_MS, deadline_ms=FAR, limit=10_000, owner=owner
+        )
+        self.index.finish(bucket, owner, at, [(m, None) for m in got.members])
+        self.taken += [(m, at) for m in got.members]
+        run_ended(self.index, payload)
 
 
 # ---------------------------------------------------------------- pure decisions
 
 
 @pytest.mark.parametrize(
-    ("now", "after", "expected"),
+    ("backlog", "expected"),
     [
-        (T0, None, T0),  # on a boundary: tick it
-        (T0 + 1, None, T0 + 1_000),
-        (T0 + 999, None, T0 + 1_000),
-        (T0, T0, T0 + 1_000),  # never the same boundary twice
-        (T0 + 2_500, T0, T0 + 3_000),  # an overrun skips to the next boundary
-        (T0 + 200, T0 + 1_000, T0 + 2_000),
+        (0, 1),  # a bucket hinted is worth one run, even if its count raced to zero
+        (1, 1),
+        (PER_TRIGGER, 1),
+        (PER_TRIGGER + 1, 2),
+        (3 * PER_TRIGGER, 3),
+        (MAX_PARALLEL * PER_TRIGGER, MAX_PARALLEL),
+        (MAX_PARALLEL * PER_TRIGGER + 1, MAX_PARALLEL),
+        (10**9, MAX_PARALLEL),
     ],
 )
-def test_next_boundary(now: int, after: int | None, expected: int) -> None:
-    assert next_boundary(now, after) == expected
-
-
-@pytest.mark.parametrize(
-    ("counts", "per_trigger", "expected"),
-    [
-        ({}, 500, []),
-        ({3: 1}, 500, [3]),
-        ({3: 500}, 500, [3]),
-        ({3: 501}, 500, [3, 3]),
-        ({5: 1_001, 1: 7}, 500, [1, 5, 5, 5]),
-    ],
-)
-def test_slices_are_ceil_count_over_per_trigger(
-    counts: dict[int, int], per_trigger: int, expected: list[int]
-) -> None:
-    assert slices(counts, per_trigger) == expected
+def test_runs_wanted_is_ceil_backlog_over_per_trigger_capped(backlog: int, expected: int) -> None:
+    assert runs_wanted(backlog) == expected
 
 
 @pytest.mark.parametrize(
     ("remaining", "expected"),
     [
-        (75_000, MAX_RUN_MS),  # a fresh 75 s Lambda: a minute plus overlap
-        (30_000, 30_000 - STOP_MARGIN_MS),  # a short timeout leaves the margin free
+        (900_000, MAX_RUN_MS),  # a long timeout: a minute plus overlap, no more
+        (MAX_RUN_MS + STOP_MARGIN_MS, MAX_RUN_MS),
+        (30_000, 30_000 - STOP_MARGIN_MS),  # a short one leaves the margin free
+        (STOP_MARGIN_MS, 0),
         (1_000, 0),
     ],
 )
@@ -149,163 +180,328 @@ def test_run_deadline(remaining: int, expected: int) -> None:
     assert run_deadline(T0, remaining) == T0 + expected
 
 
-# ---------------------------------------------------------------- one tick
+# ---------------------------------------------------------------- one poll at a time
 
 
-def test_only_buckets_with_due_work_are_invoked_and_a_big_bucket_in_slices(
-    deps: FanoutDeps, redis_client: redis.Redis, recorder: InvokeRecorder
+def test_nothing_hinted_invokes_nothing(
+    deps: FanoutDeps, clock: FakeClock, invokes: Invokes, index: RedisIndex
 ) -> None:
-    index = RedisIndex(redis_client, BUCKETS)
-    fill(index, 1, 3, T0 - 5_000)  # overdue
-    fill(index, 4, 25, T0)  # due exactly now
-    fill(index, 6, 2, T0 + 1)  # not yet due: never early
-    report = run_fanout(replace(deps, per_trigger=10), T0, T0)
-
-    assert report.ticked == [T0]
-    assert recorder.buckets() == [1, 4, 4, 4]  # ceil(25 / 10) slices for bucket 4
-    assert {c["tick_ms"] for c in recorder.calls} == {T0}
-    assert (report.due, report.invocations) == (28, 4)
+    add(index, 2, 1, T0 + 2 * POLL_MS + LEAD_MS + 1)  # not yet within the lead
+    fanout = Fanout(deps)
+    act_at(fanout, clock, T0, T0 + POLL_MS, T0 + 2 * POLL_MS)
+    assert invokes.calls == []
+    r = fanout.report
+    assert (r.polls, r.sweeps, r.skipped, r.busy, r.errors, r.invocations) == (3, 1, 0, 0, 0, 0)
 
 
-def test_a_member_due_between_boundaries_is_invoked_at_the_next_one(
-    deps: FanoutDeps, redis_client: redis.Redis, recorder: InvokeRecorder
+def test_a_member_is_dispatched_once_it_is_due_within_the_lead_and_not_before(
+    deps: FanoutDeps,
+    clock: FakeClock,
+    invokes: Invokes,
+    index: RedisIndex,
+    redis_client: redis.Redis,
 ) -> None:
-    fill(RedisIndex(redis_client, BUCKETS), 2, 1, T0 + 1_500)
-    run_fanout(deps, T0, T0 + 3_000)
-    assert [(c["bucket"], c["tick_ms"]) for c in recorder.calls] == [
-        (2, T0 + 2_000),
-        (2, T0 + 3_000),
+    due = T0 + 1_000
+    add(index, 3, 1, due)
+    fanout = Fanout(deps)
+    act_at(fanout, clock, T0, T0 + 500, due - LEAD_MS - 1)
+    assert invokes.calls == []
+
+    act_at(fanout, clock, due - LEAD_MS)
+    assert invokes.calls == [
+        {
+            "bucket": 3,
+            "slot": 0,
+            "token": fanout.token,
+            "at_ms": due - LEAD_MS,
+            "clock": due - LEAD_MS,
+        }
     ]
-    assert all(c["tick_ms"] <= c["at_ms"] for c in recorder.calls)  # never early
+    assert redis_client.get(index.run_key(3, 0)) == fanout.token.encode()  # queued
+    assert index.hints_until(FAR) == []  # the run will re-hint when it ends
+
+    act_at(fanout, clock, due - LEAD_MS + POLL_MS, due, due + SWEEP_MS)  # the sweep included
+    assert len(invokes.calls) == 1
+    assert (fanout.report.invocations, fanout.report.failed_invocations) == (1, 0)
 
 
-def test_due_counts_is_one_round_trip_per_tick(
-    redis_url: str, redis_client: redis.Redis, clock: FakeClock, recorder: InvokeRecorder
+def test_an_overdue_member_is_dispatched_at_the_first_poll(
+    deps: FanoutDeps, clock: FakeClock, invokes: Invokes, index: RedisIndex
 ) -> None:
-    pool = redis.ConnectionPool.from_url(redis_url, connection_class=CountingConnection)
-    counting = redis.Redis(connection_pool=pool)
-    counting.ping()
-    index = RedisIndex(counting, BUCKETS)
-    for bucket in range(BUCKETS):
-        fill(index, bucket, 3, T0)
-    deps = replace(make_deps(redis_client, clock, recorder), index=index)  # lock apart
-    CountingConnection.sent = 0
-
-    report = run_fanout(deps, T0, T0 + 4_000)
-
-    assert report.ticks == 5
-    assert CountingConnection.sent == 5  # all buckets of a tick in one pipeline
-    assert len(recorder.calls) == 5 * BUCKETS
-    pool.disconnect()
+    add(index, 5, 2, T0 - 3 * 60_000)  # three minutes late (Redis rebuilt after an outage)
+    fanout = Fanout(deps)
+    act_at(fanout, clock, T0)
+    assert [(c["bucket"], c["slot"], c["at_ms"]) for c in invokes.calls] == [(5, 0, T0)]
 
 
-class CountingConnection(redis.Connection):
-    """Counts writes to the server: a pipeline is one write, so this counts round trips."""
-
-    sent: ClassVar[int] = 0
-
-    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        CountingConnection.sent += 1
-        super().send_packed_command(command, check_health)
-
-
-def test_a_failed_invoke_is_counted_and_retried_next_tick(
-    deps: FanoutDeps, redis_client: redis.Redis, recorder: InvokeRecorder
+def test_a_bucket_is_not_invoked_again_while_its_run_is_queued_or_going(
+    deps: FanoutDeps, clock: FakeClock, invokes: Invokes, index: RedisIndex
 ) -> None:
-    fill(RedisIndex(redis_client, BUCKETS), 3, 1, T0)
-    failures = iter([RuntimeError("throttled")])
+    add(index, 1, 1, T0 + 100)
+    fanout = Fanout(deps)
+    act_at(fanout, clock, T0)
+    (first,) = invokes.calls
 
-    def flaky(**kwargs: Any) -> Any:
-        if (error := next(failures, None)) is not None:
-            raise error
-        return recorder.invoke(**kwargs)
+    add(index, 1, 1, T0 + 150)  # more work for the bucket while its run is queued
+    act_at(fanout, clock, T0 + 25, T0 + 50)
+    index.touch_run(1, 0, first["token"], 60_000)  # the run started and marks itself going
+    later = [T0 + 75 + POLL_MS * i for i in range(50)]  # includes a sweep at T0 + 1_000
+    act_at(fanout, clock, *later)
+    assert invokes.calls == [first]
+    assert fanout.report.busy == 2  # wanted a run (after the add, after the sweep): slot taken
+    assert fanout.report.sweeps == 2
 
-    report = run_fanout(replace(deps, invoke=flaky), T0, T0 + 1_000)
-    assert (report.failed_invocations, report.invocations) == (1, 1)
-    assert [c["tick_ms"] for c in recorder.calls] == [T0 + 1_000]
+    run_ended(index, first)  # what run_trigger does last (here it fired nothing)
+    act_at(fanout, clock, later[-1] + POLL_MS)
+    assert len(invokes.calls) == 2
+    assert (invokes.calls[1]["bucket"], invokes.calls[1]["slot"]) == (1, 0)
 
 
-# ---------------------------------------------------------------- one run
-
-
-def test_one_tick_per_second_boundary_over_the_window_then_release(
-    deps: FanoutDeps, clock: FakeClock, redis_client: redis.Redis
+def test_a_big_backlog_gets_parallel_runs_capped_and_only_while_it_needs_them(
+    deps: FanoutDeps,
+    clock: FakeClock,
+    invokes: Invokes,
+    index: RedisIndex,
+    redis_client: redis.Redis,
 ) -> None:
-    clock.now = T0 + 400
-    report = run_fanout(deps, clock(), T0 + 10_000)
-    assert report.ticked == [T0 + s * 1_000 for s in range(1, 11)]
-    assert report.skipped == 0
-    assert clock() == T0 + 10_000  # slept to each boundary, not beyond the deadline
-    assert redis_client.get(LOCK_KEY) is None  # released for the next run
+    add(index, 2, 3 * PER_TRIGGER - 1, T0)  # three runs' worth
+    add(index, 6, MAX_PARALLEL * PER_TRIGGER + 1, T0)  # more than the cap
+    fanout = Fanout(deps)
+    act_at(fanout, clock, T0)
+    slots = Counter((c["bucket"], c["slot"]) for c in invokes.calls)
+    assert slots == Counter({(2, s): 1 for s in range(3)} | {(6, s): 1 for s in range(8)})
+    assert fanout.report.invocations == 3 + MAX_PARALLEL
+
+    # The runs of bucket 2 take all but 40 members and end; bucket 6's keep going (and the
+    # sweep has hinted their bucket again).
+    index.lease(2, now_ms=T0, until_ms=T0, deadline_ms=FAR, limit=2 * PER_TRIGGER + 209, owner="r")
+    for call in [c for c in invokes.calls if c["bucket"] == 2]:
+        run_ended(index, call)
+    index.rehint(6)
+    invokes.calls.clear()
+    act_at(fanout, clock, T0 + POLL_MS, T0 + 2 * POLL_MS)
+    assert [(c["bucket"], c["slot"]) for c in invokes.calls] == [(2, 0)]  # one run is enough
+    assert fanout.report.busy == MAX_PARALLEL  # bucket 6 wanted its eight: all still going
+    assert [redis_client.exists(index.run_key(2, s)) for s in range(3)] == [1, 0, 0]
 
 
-def test_a_slow_tick_skips_missed_boundaries_without_ticking_them_late(
-    deps: FanoutDeps, clock: FakeClock, redis_client: redis.Redis, recorder: InvokeRecorder
+def test_smallest_backlog_first(
+    deps: FanoutDeps,
+    clock: FakeClock,
+    invokes: Invokes,
+    index: RedisIndex,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    fill(RedisIndex(redis_client, BUCKETS), 0, 1, T0)
-
-    def slow(**kwargs: Any) -> Any:
-        clock.advance(1_500)  # an invoke that overruns the second
-        return recorder.invoke(**kwargs)
-
-    report = run_fanout(replace(deps, invoke=slow), T0, T0 + 5_000)
-    assert report.ticked == [T0, T0 + 2_000, T0 + 4_000]
-    assert report.errors == 0
-
-
-def test_a_late_starting_run_ticks_at_once(deps: FanoutDeps, clock: FakeClock) -> None:
-    """No run for minutes (a stale marker remains): the next one ticks its first boundary."""
-    assert run_fanout(deps, T0, T0 + 2_000).ticks == 3
-    clock.now = T0 + 5 * 60_000 + 37_400
-    report = run_fanout(deps, clock(), clock() + 5_000)
-    assert report.ticked[0] == T0 + 5 * 60_000 + 38_000
-    assert report.ticks == 5
+    monkeypatch.setattr("timers.fanout.INVOKE_WORKERS", 1)  # one lane: the order is visible
+    add(index, 1, 5, T0)
+    add(index, 4, 1, T0 + 90)
+    add(index, 6, 3, T0 + 50)
+    add(index, 7, 3, T0)  # as small as bucket 6's, and due earlier
+    add(index, 0, PER_TRIGGER + 1, T0 + 10)
+    fanout = Fanout(deps)
+    act_at(fanout, clock, T0)
+    assert [(c["bucket"], c["slot"]) for c in invokes.calls] == [
+        (4, 0), (7, 0), (6, 0), (1, 0), (0, 0), (0, 1),
+    ]  # fmt: skip
 
 
-def test_redis_errors_cost_a_tick_not_the_run(
-    deps: FanoutDeps, redis_client: redis.Redis, recorder: InvokeRecorder
+def test_a_failed_invoke_frees_the_slot_and_the_sweep_rehints_the_bucket(
+    deps: FanoutDeps,
+    clock: FakeClock,
+    invokes: Invokes,
+    index: RedisIndex,
+    redis_client: redis.Redis,
 ) -> None:
-    fill(RedisIndex(redis_client, BUCKETS), 5, 1, T0)
-    real = deps.index
-    calls = iter([True])
+    add(index, 3, 1, T0 + 100)
+    invokes.fail = 1  # throttled
+    fanout = Fanout(deps)
+    act_at(fanout, clock, T0)
+    assert (fanout.report.invocations, fanout.report.failed_invocations) == (0, 1)
+    assert redis_client.exists(index.run_key(3, 0)) == 0  # the slot is free again
+    assert invokes.calls == []
+
+    act_at(fanout, clock, *range(T0 + POLL_MS, T0 + SWEEP_MS, POLL_MS))
+    assert invokes.calls == []  # no hint until the sweep
+    act_at(fanout, clock, T0 + SWEEP_MS)
+    assert [(c["bucket"], c["slot"], c["at_ms"]) for c in invokes.calls] == [(3, 0, T0 + SWEEP_MS)]
+    assert fanout.report.sweeps == 2
+
+
+def test_a_lost_hint_is_restored_by_the_sweep_within_SWEEP_MS(
+    deps: FanoutDeps,
+    clock: FakeClock,
+    invokes: Invokes,
+    index: RedisIndex,
+    redis_client: redis.Redis,
+) -> None:
+    fanout = Fanout(deps)
+    act_at(fanout, clock, T0)  # swept at T0
+    add(index, 4, 1, T0 + 300)
+    # Redis lost the hints (a failover lost the last writes) right after a sweep: the worst case
+    redis_client.delete(HINTS_KEY)
+    steps = iter(range(T0 + POLL_MS, T0 + 2 * SWEEP_MS, POLL_MS))
+    for at in steps:
+        act_at(fanout, clock, at)
+        if invokes.calls:
+            break
+    assert [c["at_ms"] for c in invokes.calls] == [T0 + SWEEP_MS]  # the next sweep's poll
+    assert fanout.report.sweeps == 2
+    act_at(fanout, clock, *steps)
+    assert len(invokes.calls) == 1
+
+
+def test_a_stale_low_hint_without_backlog_is_replaced_by_the_true_earliest(
+    deps: FanoutDeps, clock: FakeClock, invokes: Invokes, index: RedisIndex
+) -> None:
+    add(index, 2, 1, T0 + 5_000)
+    index.hint(2, T0 - 1_000)  # a member that was deferred or taken meanwhile left it low
+    fanout = Fanout(deps)
+    act_at(fanout, clock, T0)
+    assert invokes.calls == []
+    assert index.hints_until(FAR) == [(2, T0 + 5_000)]
+    act_at(fanout, clock, T0 + 5_000 - LEAD_MS)
+    assert [(c["bucket"], c["at_ms"]) for c in invokes.calls] == [(2, T0 + 5_000 - LEAD_MS)]
+
+
+@pytest.mark.parametrize("ends", ["before the poll starts runs", "while the poll starts runs"])
+def test_a_run_ending_during_a_poll_leaves_its_bucket_hinted_or_running(
+    deps: FanoutDeps,
+    clock: FakeClock,
+    invokes: Invokes,
+    index: RedisIndex,
+    redis_client: redis.Redis,
+    ends: str,
+) -> None:
+    """A bucket's run is going; the poll sees more work for it. Wherever the run's end (marker
+    cleared, then re-hinted) falls within the poll, the work keeps a hint or a run: it is
+    dispatched by the next poll, not a sweep later."""
+    (m,) = add(index, 1, 1, T0 + 100)
+    assert index.start_run(1, 0, "going", 60_000)
+    ended: list[int] = []
+
+    def end_the_going_run() -> None:
+        if not ended:
+            ended.append(clock())
+            assert index.end_run(1, 0, "going")
+            index.rehint(1)
+
+    class Ending:
+        bucket_count = BUCKETS
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(index, name)
+
+        def backlog(self, buckets: Sequence[int], until_ms: int, now_ms: int) -> dict[int, int]:
+            got = index.backlog(buckets, until_ms, now_ms)
+            if ends == "before the poll starts runs":
+                end_the_going_run()
+            return got
+
+        def start_run(self, bucket: int, slot: int, token: str, ttl_ms: int) -> bool:
+            started = index.start_run(bucket, slot, token, ttl_ms)
+            if ends == "while the poll starts runs":
+                end_the_going_run()
+            return started
+
+    fanout = Fanout(replace(deps, index=Ending()))
+    act_at(fanout, clock, T0)
+    assert ended == [T0]
+    marked = redis_client.exists(index.run_key(1, 0)) == 1
+    assert marked or index.hints_until(FAR) == [(1, m.due)]  # never neither
+    act_at(fanout, clock, T0 + POLL_MS)
+    assert [c["bucket"] for c in invokes.calls] == [1]
+    assert invokes.calls[0]["at_ms"] <= T0 + POLL_MS
+
+
+def test_a_member_added_during_a_poll_keeps_its_hint(
+    deps: FanoutDeps, clock: FakeClock, invokes: Invokes, index: RedisIndex
+) -> None:
+    """The poll read the hint; a member added before it takes the hint lowers it, so the
+    compare-and-delete leaves it for the next poll instead of losing it."""
+    add(index, 5, 1, T0 + 150)
+    added: list[Member] = []
+
+    class Racing:
+        bucket_count = BUCKETS
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(index, name)
+
+        def take_hint(self, bucket: int, hint_ms: int) -> bool:
+            if not added:
+                added.extend(add(index, bucket, 1, T0 + 20))
+            return index.take_hint(bucket, hint_ms)
+
+    fanout = Fanout(replace(deps, index=Racing()))
+    act_at(fanout, clock, T0)
+    assert [(c["bucket"], c["slot"]) for c in invokes.calls] == [(5, 0)]
+    assert index.hints_until(FAR) == [(5, T0 + 20)]  # survived
+    run_ended(index, invokes.calls[0])
+    act_at(fanout, clock, T0 + POLL_MS)
+    assert [(c["bucket"], c["slot"]) for c in invokes.calls] == [(5, 0), (5, 0)]
+
+
+def test_a_redis_error_costs_one_poll_only(
+    deps: FanoutDeps, clock: FakeClock, invokes: Invokes, index: RedisIndex
+) -> None:
+    add(index, 6, 1, T0)
+    failures = {"hints_until": 1, "sweep": 1}
 
     class Flaky:
         bucket_count = BUCKETS
 
-        def due_counts(self, buckets: Sequence[int], now_ms: int) -> dict[int, int]:
-            if next(calls, False):
-                raise redis.ConnectionError("failover")
-            return real.due_counts(buckets, now_ms)
+        def __getattr__(self, name: str) -> Any:
+            real = getattr(index, name)
+            if failures.get(name):
 
-    report = run_fanout(replace(deps, index=Flaky()), T0, T0 + 2_000)
-    assert report.errors == 1
-    assert [c["tick_ms"] for c in recorder.calls] == [T0 + 1_000, T0 + 2_000]
+                def fail(*args: Any, **kwargs: Any) -> Any:
+                    failures[name] -= 1
+                    raise redis.ConnectionError("failover")
+
+                return fail
+            return real
+
+    fanout = Fanout(replace(deps, index=Flaky()))
+    steps = fanout.steps(T0, T0 + 10 * POLL_MS)
+    for at in steps:  # the run acts at ``at`` when stepped next
+        clock.now = at
+        if invokes.calls:
+            break
+    # at T0 the sweep failed, at T0 + POLL_MS the poll's read: each cost that poll only
+    assert [(c["bucket"], c["at_ms"]) for c in invokes.calls] == [(6, T0 + 2 * POLL_MS)]
+    assert (fanout.report.errors, fanout.report.polls, fanout.report.sweeps) == (2, 2, 1)
+    for at in steps:
+        clock.now = at
+    assert fanout.report.errors == 2
+    assert fanout.report.polls == 10
+    assert len(invokes.calls) == 1
 
 
-# ---------------------------------------------------------------- overlapping runs
+# ---------------------------------------------------------------- runs over time
 
 
 @dataclass
 class SimRun:
-    """A run in the simulation: its fan-out, its step iterator and the instant it waits for."""
+    """A fan-out run in the simulation: its steps, the instant it waits for, its polls."""
 
-    name: str
     fanout: Fanout
     steps: Iterator[int]
     wake: int
-    dies_after: int | None = None  # stops after ticking this boundary, without releasing
+    dies_after: int | None = None  # stops after acting at this instant, without releasing
+    polled: list[int] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)
 
 
-def start(name: str, deps: FanoutDeps, start_ms: int, deadline_ms: int, **kw: Any) -> SimRun:
+def start(deps: FanoutDeps, start_ms: int, deadline_ms: int, **kw: Any) -> SimRun:
     fanout = Fanout(deps)
     steps = fanout.steps(start_ms, deadline_ms)
-    return SimRun(name, fanout, steps, next(steps), **kw)
+    return SimRun(fanout, steps, next(steps), **kw)
 
 
-def simulate(clock: FakeClock, client: redis.Redis, runs: list[SimRun]) -> None:
+def simulate(clock: FakeClock, client: redis.Redis, runs: Sequence[SimRun]) -> None:
     """Step every run in wake order on one fake clock (ties: list order), like concurrent
-    Lambdas. Redis expires keys on its own (real) clock, so a dead holder's lock is deleted here
-    once the fake clock passes its TTL from the last renew."""
+    Lambdas. Redis expires keys on its own (real) clock, so a dead holder's lock is deleted
+    here once the fake clock passes its TTL from its last renew."""
     active = list(runs)
     lock_dies_at: int | None = None
     while active:
@@ -315,101 +511,111 @@ def simulate(clock: FakeClock, client: redis.Redis, runs: list[SimRun]) -> None:
             assert 0 < client.pttl(LOCK_KEY) <= LOCK_TTL_MS  # it would expire on its own
             client.delete(LOCK_KEY)
             lock_dies_at = None
-        ticked = run.wake
+        at, polls = run.wake, run.fanout.report.polls
         try:
-            run.wake = next(run.steps)
+            run.wake = next(run.steps)  # acts at ``at``, then names its next instant
+            finished = False
         except StopIteration:
+            finished = True
+        (run.polled if run.fanout.report.polls > polls else run.skipped).append(at)
+        if finished:
             run.fanout.release()
             active.remove(run)
-            continue
-        if run.dies_after is not None and ticked >= run.dies_after:
-            active.remove(run)  # crashed: no release, the lock lives until its TTL
-            lock_dies_at = ticked + LOCK_TTL_MS
+        elif run.dies_after is not None and at >= run.dies_after:
+            active.remove(run)  # killed: no release, the lock lives until its TTL
+            assert (at - T0) % LOCK_RENEW_MS == 0  # it had just renewed the lock
+            lock_dies_at = at + LOCK_TTL_MS
 
 
-def all_ticks(runs: list[SimRun]) -> Counter[int]:
-    return Counter(t for r in runs for t in r.fanout.report.ticked)
+def grid(start_ms: int, end_ms: int) -> list[int]:
+    return list(range(start_ms, end_ms + 1, POLL_MS))
 
 
-@pytest.mark.parametrize("first_wins_ties", [True, False])
-def test_overlapping_runs_tick_each_second_exactly_once(
-    deps: FanoutDeps, clock: FakeClock, redis_client: redis.Redis, first_wins_ties: bool
+def test_overlapping_runs_poll_one_at_a_time_and_hand_over_on_release(
+    redis_client: redis.Redis, clock: FakeClock, invokes: Invokes, index: RedisIndex
 ) -> None:
-    """Minute 1's run ends at +70 s; minute 2's started at +60.3 s and takes over with no gap."""
-    first = start("first", deps, T0, T0 + 70_000)
-    second = start("second", deps, T0 + 60_300, T0 + 130_300)
-    runs = [first, second] if first_wins_ties else [second, first]
-    simulate(clock, redis_client, runs)
+    trigger = FakeTrigger(index)
+    invokes.then = trigger
+    members = [m for i in range(40) for m in add(index, i % BUCKETS, 1, T0 + 300 + 97 * i)]
+    deps = make_deps(redis_client, clock, invokes)
+    first = start(deps, T0, T0 + 2_000)
+    second = start(deps, T0 + 1_007, T0 + 5_007)  # the next minute's run, started early
+    simulate(clock, redis_client, [first, second])
 
-    ticks = all_ticks(runs)
-    assert set(ticks) == {T0 + s * TICK_MS for s in range(131)}  # no gap
-    assert set(ticks.values()) == {1}  # no double tick
-    assert first.fanout.report.ticked[-1] == T0 + 70_000
-    assert second.fanout.report.ticked[0] == T0 + 71_000
-    assert second.fanout.report.skipped >= 9  # waited while the first held the lock
+    assert first.polled == grid(T0, T0 + 2_000) and first.skipped == []
+    assert second.skipped == grid(T0 + 1_007, T0 + 1_982)  # waited while the first held
+    assert second.polled == grid(T0 + 2_007, T0 + 5_007)  # took over at its next step
+    assert not set(first.polled) & set(second.polled)
+    assert redis_client.exists(LOCK_KEY) == 0
+
+    # every member went to exactly one run, within a poll (two at the handover) of its lead
+    taken = dict(trigger.taken)
+    assert len(trigger.taken) == len(taken) == len(members)
+    for m in members:
+        assert m.due - LEAD_MS <= taken[m] < m.due - LEAD_MS + 2 * POLL_MS
+    assert Counter(c["token"] for c in invokes.calls) == {
+        first.fanout.token: sum(1 for at in taken.values() if at <= T0 + 2_000),
+        second.fanout.token: sum(1 for at in taken.values() if at > T0 + 2_000),
+    }
 
 
-def test_a_crashed_holder_is_replaced_within_the_lock_ttl(
+def test_a_dead_holders_lock_passes_on_after_its_ttl(
+    redis_client: redis.Redis, clock: FakeClock, invokes: Invokes, index: RedisIndex
+) -> None:
+    trigger = FakeTrigger(index)
+    invokes.then = trigger
+    dies = T0 + 1_000
+    members = [m for i in range(30) for m in add(index, i % BUCKETS, 1, T0 + 250 + 150 * i)]
+    deps = make_deps(redis_client, clock, invokes)
+    first = start(deps, T0, T0 + 60_000, dies_after=dies)
+    second = start(deps, T0 + 510, T0 + 5_010)
+    simulate(clock, redis_client, [first, second])
+
+    assert first.polled == grid(T0, dies)
+    assert second.skipped == grid(T0 + 510, dies + LOCK_TTL_MS - 10)  # the lock still lived
+    assert second.polled == grid(dies + LOCK_TTL_MS + 10, T0 + 5_010)
+    assert redis_client.exists(LOCK_KEY) == 0  # the survivor released it
+
+    taken = dict(trigger.taken)
+    assert len(trigger.taken) == len(taken) == len(members)  # nothing lost, nothing twice
+    takeover = second.polled[0]
+    for m in members:
+        on_time = m.due - LEAD_MS
+        if dies < on_time <= takeover:  # due while nobody polled: at the takeover
+            assert taken[m] == takeover
+        else:
+            assert on_time <= taken[m] < on_time + POLL_MS
+
+
+def test_run_fanout_ends_at_its_deadline_and_releases_the_lock(
+    deps: FanoutDeps,
+    clock: FakeClock,
+    invokes: Invokes,
+    index: RedisIndex,
+    redis_client: redis.Redis,
+) -> None:
+    trigger = FakeTrigger(index)
+    invokes.then = trigger
+    (m,) = add(index, 7, 1, T0 + 610)
+    report = run_fanout(deps, T0, T0 + 2_000)
+
+    assert clock() == T0 + 2_000  # slept (on the fake clock) to each poll, not beyond
+    assert (report.polls, report.sweeps, report.skipped, report.errors) == (81, 3, 0, 0)
+    assert trigger.taken == [(m, T0 + 425)]  # the first poll with T0 + 610 within the lead
+    assert report.invocations == 1
+    assert redis_client.exists(LOCK_KEY) == 0  # released for the next run
+    assert Lock(redis_client, LOCK_KEY, LOCK_TTL_MS).acquire("next")
+
+
+def test_run_fanout_releases_the_lock_when_a_step_raises(
     deps: FanoutDeps, clock: FakeClock, redis_client: redis.Redis
 ) -> None:
-    dies_at = T0 + 30_000
-    first = start("first", deps, T0, T0 + 70_000, dies_after=dies_at)
-    second = start("second", deps, T0 + 10_200, T0 + 80_200)
-    runs = [first, second]
-    simulate(clock, redis_client, runs)
+    def broken_sleep(seconds: float) -> None:
+        raise KeyboardInterrupt  # the runtime stopping the process mid-wait
 
-    ticks = all_ticks(runs)
-    assert set(ticks.values()) == {1}
-    missed = {T0 + s * TICK_MS for s in range(81)} - set(ticks)
-    assert missed == {dies_at + TICK_MS, dies_at + 2 * TICK_MS}  # LOCK_TTL_MS of silence
-    assert len(missed) * TICK_MS <= LOCK_TTL_MS
-    assert second.fanout.report.ticked[0] == dies_at + 3 * TICK_MS
-
-
-def test_a_holder_that_stalls_past_its_ttl_hands_over_without_double_ticks(
-    redis_client: redis.Redis, clock: FakeClock, recorder: InvokeRecorder
-) -> None:
-    """A tick overrunning the TTL lets the other run take over; the stalled one steps back."""
-    fill(RedisIndex(redis_client, BUCKETS), 0, 1, T0)
-    stalls = iter([True])
-
-    def stalling(**kwargs: Any) -> Any:
-        if next(stalls, False):  # first invoke: stall, and Redis expires the lock meanwhile
-            clock.advance(LOCK_TTL_MS + 500)
-            redis_client.delete(LOCK_KEY)
-        return recorder.invoke(**kwargs)
-
-    first = start(
-        "first", make_deps(redis_client, clock, recorder, invoke=stalling), T0, T0 + 10_000
-    )
-    second = start("second", make_deps(redis_client, clock, recorder), T0, T0 + 10_000)
-    runs = [first, second]
-    simulate(clock, redis_client, runs)
-
-    ticks = all_ticks(runs)
-    assert set(ticks.values()) == {1}
-    assert first.fanout.report.ticked == [T0]
-    assert second.fanout.report.ticked[0] == T0 + 3_000  # the boundary after the stall
-    assert sorted(ticks) == [T0] + [T0 + s * TICK_MS for s in range(3, 11)]
-
-
-# ---------------------------------------------------------------- the handler
-
-
-def test_handler_ticks_until_its_deadline_and_releases(
-    deps: FanoutDeps, clock: FakeClock, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(fanout_app, "deps", lambda: deps)
-    event = json.loads((EVENTS / "fanout.json").read_text())
-    context = LambdaContext(function_name="fanout", timeout_s=75)
-
-    summary = fanout_app.handler(event, context)
-
-    # remaining ~75 s: the run stops after MAX_RUN_MS (~70 ticks, real ms may shave one off)
-    assert MAX_RUN_MS // TICK_MS <= summary["ticks"] <= MAX_RUN_MS // TICK_MS + 1
-    assert clock() <= T0 + MAX_RUN_MS
-    assert redis_client.get(LOCK_KEY) is None
-    assert int(redis_client.get(MARKER_KEY) or 0) == T0 + (summary["ticks"] - 1) * TICK_MS
+    with pytest.raises(KeyboardInterrupt):
+        run_fanout(replace(deps, sleep=broken_sleep), T0, T0 + 2_000)
+    assert redis_client.exists(LOCK_KEY) == 0
 
 
 # ---------------------------------------------------------------- cluster mode
@@ -420,16 +626,21 @@ def test_a_run_works_on_a_cluster_mode_server(
     redis_cluster_url: str,
     client_class: type[redis.Redis] | type[redis.RedisCluster],
     clock: FakeClock,
-    recorder: InvokeRecorder,
+    invokes: Invokes,
 ) -> None:
-    """ElastiCache Serverless speaks cluster mode: lock, marker and due_counts must route."""
+    """ElastiCache Serverless speaks cluster mode: lock, hints, markers and scripts must route."""
     client: Any = client_class.from_url(redis_cluster_url)
     try:
         client.flushall()
-        fill(RedisIndex(client, BUCKETS), 3, 2, T0)
-        report = run_fanout(make_deps(client, clock, recorder), T0, T0 + 1_000)
-        assert report.ticked == [T0, T0 + 1_000]
-        assert (report.errors, recorder.buckets()) == (0, [3, 3])
+        client.script_flush()
+        index = RedisIndex(client, BUCKETS)
+        trigger = FakeTrigger(index)
+        invokes.then = trigger
+        added = add(index, 3, 2, T0 + 300) + add(index, 5, 1, T0 + 700)
+        report = run_fanout(make_deps(client, clock, invokes), T0, T0 + 1_000)
+        assert (report.errors, report.invocations, report.polls) == (0, 2, 41)
+        assert sorted(invokes.buckets()) == [3, 5]
+        assert sorted(m for m, _ in trigger.taken) == sorted(added)
         assert client.get(LOCK_KEY) is None
     finally:
         client.close()
