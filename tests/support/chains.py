@@ -46,12 +46,12 @@ def fire(
             enqueued=member.due + lag_ms,
             reason="QueueDoesNotExist: gone" if state == "f" else None,
         )
-        key, name = entry_ref(timer.bucket, timer.id, member.due)
+        key, name = entry_ref(timer.partition, timer.id, member.due)
         assert claims.claim(key, {name: done})
         member = next_member(member, done, timer.plan)
     return member
 
 
 def entry(claims: ClaimStore, timer: Timer, pos: int) -> Entry | None:
-    ref = entry_ref(timer.bucket, timer.id, pos)
+    ref = entry_ref(timer.partition, timer.id, pos)
     return claims.read([ref], consistent=True)[ref]

@@ -138,7 +138,7 @@ def recurring_shard(
     start = deps.positions.get(shard)
     rows, resume = deps.timers.due_page(shard, until, quota, start)
     report.read = len(rows)
-    states = deps.index.alive([(bkt, tid, rev, None) for _, tid, _, rev, bkt in rows])
+    states = deps.index.alive([(part, tid, rev, None) for _, tid, _, rev, part in rows])
     missing = [(tenant, tid, rev) for (tenant, tid, _, rev, _), s in zip(rows, states, strict=True)
                if s == MISSING]  # fmt: skip
     restore(deps, missing, now_ms, until, report)
@@ -163,8 +163,8 @@ def one_shot_shard(
                        report, expect={m.timer_id: m.due for m in missing})  # fmt: skip
 
     def dead(placed: Placed) -> bool:
-        bucket, member = placed
-        state = state_of[(bucket, str(member))]
+        partition, member = placed
+        state = state_of[(partition, str(member))]
         return state == FIRED or (
             state == MISSING and outcomes.get(member.timer_id) in ("stale", "done")
         )
@@ -223,7 +223,7 @@ def restore(
         else:
             outcomes[timer.id] = "added"
             member = Member(timer.tenant, timer.id, cursor.pos, timer.rev, cursor.n, cursor.last)
-            placements.append((timer.bucket, member, to_card(timer)))
+            placements.append((timer.partition, member, to_card(timer)))
     report.added += deps.index.ensure(placements)
     for outcome in outcomes.values():
         report.outcomes[outcome] = report.outcomes.get(outcome, 0) + 1

@@ -26,10 +26,10 @@ from timers.adapters.wakeups import WakeupStore
 from timers.core import timer as timers
 from timers.core.chain import (
     Member,
-    bucket_for,
     drive,
     entry_ref,
     history,
+    partition_for,
     resolved,
     tombstone,
     walk,
@@ -141,8 +141,8 @@ class TimerService:
             end_ms=spec.end_ms,
             max_fires=spec.max_fires,
         )
-        bucket = bucket_for(tenant.name, timer_id, self.bucket_count, tenant.spread)
-        return self._with_expiry(replace(timer, rev=1, bucket=bucket), now)
+        partition = partition_for(tenant.name, timer_id, tenant.spread)
+        return self._with_expiry(replace(timer, rev=1, partition=partition), now)
 
     def _create_once(
         self,
@@ -169,10 +169,8 @@ class TimerService:
             # recorded, one by one and only if absent, so a key never makes two sets of timers.
             views = []
             for timer, timer_id in zip(built, seen.timer_ids, strict=True):
-                again = replace(timer, id=timer_id)
-                again = replace(again, bucket=bucket_for(
-                    tenant.name, timer_id, self.bucket_count, tenant.spread
-                ))  # fmt: skip
+                partition = partition_for(tenant.name, timer_id, tenant.spread)
+                again = replace(timer, id=timer_id, partition=partition)
                 try:
                     self._store_new([again])
                     views.append(timer_view(again))
@@ -186,7 +184,7 @@ class TimerService:
         then the fast path: what is due within the look-ahead goes into Redis now."""
         one_shots = [t for t in created if _member(t) is not None and not is_recurring(t.schedule)]
         if one_shots:
-            self.wakeups.put(self.wakeups.items((t.bucket, _placed(t)) for t in one_shots))
+            self.wakeups.put(self.wakeups.items((t.partition, _placed(t)) for t in one_shots))
         try:
             self.timers.create(created)
         except Exception:  # all or nothing: take back what a batch wrote before it failed
@@ -195,7 +193,7 @@ class TimerService:
         soon = [t for t in created if self._due_soon(t)]
         if soon and self.index is not None:
             try:
-                self.index.ensure([(t.bucket, _placed(t), timers.to_card(t)) for t in soon])
+                self.index.ensure([(t.partition, _placed(t), timers.to_card(t)) for t in soon])
             except Exception:  # the migrator puts them in from DynamoDB; this only costs time
                 log.warning("fast path failed; the migrator will catch up", exc_info=True)
 
@@ -245,7 +243,9 @@ class TimerService:
         scope = f"fires:{timer_id}"
         before = _decode_cursor(cursor, tenant, scope)
         start = int(before) if before is not None else timer.last_fire_pos
-        [(fires, more)] = drive([history(timer.bucket, timer.id, start, limit)], self.claims.read)
+        [(fires, more)] = drive(
+            [history(timer.partition, timer.id, start, limit)], self.claims.read
+        )
         return {
             "items": [fire_view(timer.id, pos, entry) for pos, entry in fires],
             "next_cursor": _encode_cursor(None if more is None else str(more), tenant, scope),
@@ -311,14 +311,14 @@ class TimerService:
             writes = self.timers.change_writes(stored, after)
             new_rev = stored.rev + 1
             if cursor is not None:
-                ref = entry_ref(stored.bucket, stored.id, cursor)
+                ref = entry_ref(stored.partition, stored.id, cursor)
                 writes.append(self.claims.tombstone_update(ref, tombstone(new_rev), now))
             if (
                 after is not None
                 and (member := _member(after)) is not None
                 and not (is_recurring(after.schedule))
             ):
-                wakeup = self.wakeups.items([(after.bucket, member)])[0]
+                wakeup = self.wakeups.items([(after.partition, member)])[0]
                 writes.append({"Put": {"TableName": _table(wakeup), "Item": wakeup.serialize()}})
             self.timers.transact(writes)
             self._sync(stored, after, new_rev)
@@ -334,7 +334,7 @@ class TimerService:
         soon = after is not None and self._due_soon(after)
         try:
             self.index.replace(
-                before.bucket,
+                before.partition,
                 before.id,
                 rev,
                 _placed(after) if soon and after is not None else None,

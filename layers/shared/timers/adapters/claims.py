@@ -9,6 +9,7 @@ trigger's hot path is lighter without an ORM.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,9 +19,10 @@ from botocore.exceptions import ClientError
 
 from timers.core.chain import Entry, EntryRef
 
-CHUNK = 100
-"""Entries per conditional write: each costs two operators of the 300 an expression may hold,
-and ~40 characters of its 4 KB."""
+CHUNK = 50
+"""Entries per conditional write. DynamoDB allows ~100 (each entry costs two of the 300
+operators an expression may hold, ~40 of its 4 KB); moto's expression parser recurses once per
+operand and overflows Python's stack near 100, so the local stack stays well below."""
 
 BATCH_GET = 100  # keys per BatchGetItem
 TTL_ATTRIBUTE = "expires_at"
@@ -238,7 +240,8 @@ class ClaimStore:
     ) -> bool:
         attribute_names = {f"#e{i}": name for i, name in enumerate(names)}
         if nested:
-            attribute_names.update({k: v for k, v in _NAMES.items() if k in update + condition})
+            used = set(re.findall(r"#\w+", update + " " + condition))
+            attribute_names.update({k: v for k, v in _NAMES.items() if k in used})
         try:
             self.client.update_item(
                 TableName=self.table,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -311,7 +311,7 @@ class Leased:
     next_due: int | None
 
 
-Placement = tuple[int, Member, str | None]  # (bucket, member, card or None)
+Placement = tuple[int, Member, str | None]  # (partition, member, card or None)
 Call = tuple[list[str], list[str | int]]
 
 
@@ -353,12 +353,19 @@ class RedisIndex:
 
     # ---------------------------------------------------------------- adding
 
+    def bucket_of(self, partition: int) -> int:
+        """The Redis bucket of a claim partition (timers.core.chain.PARTITIONS)."""
+        return partition % self.bucket_count
+
+    # The per-timer operations below take a timer's *partition*; the per-bucket ones (lease,
+    # finish, release, hints, markers) a Redis bucket.
+
     def ensure(self, placements: Iterable[Placement]) -> int:
         """Put members in unless their timer's chain is alive or they fired recently; a newer
         revision replaces an older one. Hints follow. Returns how many were added."""
         calls: list[Call] = []
         buckets: list[int] = []
-        for bucket, group in _grouped(placements).items():
+        for bucket, group in _grouped(placements, self.bucket_of).items():
             k = self.keys(bucket)
             for start in range(0, len(group), ENSURE_CHUNK):
                 args: list[str | int] = []
@@ -370,13 +377,13 @@ class RedisIndex:
         return sum(int(added) for added, _ in results)
 
     def alive(self, checks: Iterable[tuple[int, str, int, Member | None]]) -> list[int]:
-        """For each (bucket, timer id, rev, member or None), in input order: FIRED if the
+        """For each (partition, timer id, rev, member or None), in input order: FIRED if the
         member fired recently, ALIVE if the timer's chain is alive at this revision (or a newer
         revision owns it), else MISSING."""
         items = list(checks)
         by_bucket: dict[int, list[int]] = defaultdict(list)
-        for i, (bucket, _, _, _) in enumerate(items):
-            by_bucket[bucket].append(i)
+        for i, (partition, _, _, _) in enumerate(items):
+            by_bucket[self.bucket_of(partition)].append(i)
         calls: list[Call] = []
         order: list[int] = []
         for bucket, indexes in by_bucket.items():
@@ -396,9 +403,10 @@ class RedisIndex:
         return out
 
     def replace(
-        self, bucket: int, timer_id: str, rev: int, member: Member | None, card: str | None
+        self, partition: int, timer_id: str, rev: int, member: Member | None, card: str | None
     ) -> bool:
         """A change of the timer: its old head leaves ``due``, ``member`` (if any) comes in."""
+        bucket = self.bucket_of(partition)
         k = self.keys(bucket)
         call: Call = (
             [k.due, k.heads, k.data],
@@ -478,8 +486,9 @@ class RedisIndex:
         got = self._client.execute_command(
             "ZRANGEBYSCORE", HINTS_KEY, "-inf", until_ms, "WITHSCORES", "LIMIT", 0, limit
         )
-        pairs = _pairs(got)
-        return [(int(_text(b)), int(float(s))) for b, s in pairs]
+        pairs = [(int(_text(b)), int(float(s))) for b, s in _pairs(got)]
+        # a bucket beyond the count (the count was lowered) is nobody's: never poll it again
+        return [(b, s) for b, s in pairs if 0 <= b < self.bucket_count]
 
     def take_hint(self, bucket: int, hint_ms: int) -> bool:
         """Remove the hint if it still says ``hint_ms`` (a member added since keeps it)."""
@@ -596,10 +605,12 @@ class RedisIndex:
         return results
 
 
-def _grouped(placements: Iterable[Placement]) -> dict[int, list[tuple[Member, str | None]]]:
+def _grouped(
+    placements: Iterable[Placement], bucket_of: Callable[[int], int]
+) -> dict[int, list[tuple[Member, str | None]]]:
     grouped: dict[int, list[tuple[Member, str | None]]] = defaultdict(list)
-    for bucket, member, card in placements:
-        grouped[bucket].append((member, card))
+    for partition, member, card in placements:
+        grouped[bucket_of(partition)].append((member, card))
     return grouped
 
 

@@ -22,8 +22,9 @@ from timers.core.timer import TENANT_NAME
 
 DEFAULT_RATE_LIMIT_PER_S = 50
 DEFAULT_SPREAD = 8
-"""Buckets a tenant's timers share (see timers.core.chain.bucket_for): one tenant's burst
-occupies at most this many; a tenant with bursts of many thousands gets more."""
+"""Partitions a tenant's timers share (timers.core.chain.partition_for): one tenant's burst
+occupies at most this many Redis buckets and claim items per second. A tenant whose bursts
+exceed ~50 timers per partition and second (a claim write's chunk) gets more."""
 KEY_PREFIX = "tk_"
 AUTH_CACHE_MS = 30_000
 """An api instance remembers a key's tenant this long: a revoked key stops working within it."""
@@ -181,8 +182,8 @@ def allow_queue(name: str, queue_url: str) -> Tenant:
 
 def set_spread(name: str, spread: int) -> Tenant:
     """How many buckets the tenant's *new* timers share (existing timers keep theirs)."""
-    if not 1 <= spread <= 16_384:
-        raise InvalidInput("invalid spread", [FieldError("spread", "from 1 to 16384")])
+    if not 1 <= spread <= 4_096:
+        raise InvalidInput("invalid spread", [FieldError("spread", "from 1 to 4096")])
     item = _get_item(name)
     item.update(actions=[TenantItem.spread.set(spread)])
     return _to_tenant(item)

@@ -4,7 +4,7 @@ Key ``(tenant, timer_id)``: keying on the tenant walls tenants off by constructi
 written when its user changes it; a trigger only moves its checkpoint (every 128 fires, after a
 misfire jump, when the chain leaves Redis) and marks a recurring timer completed. The sparse
 GSI ``due-index (due_shard, ckpt_ms)`` holds active recurring timers, projecting ``rev`` and
-``bkt``. A payload over INLINE_PAYLOAD_BYTES lives in its own item ``(tenant, "<id>#payload")``
+``part``. A payload over INLINE_PAYLOAD_BYTES lives in its own item ``(tenant, "<id>#payload")``
 so rewriting the timer never costs the payload's size.
 """
 
@@ -37,7 +37,7 @@ PAYLOAD_SUFFIX = "#payload"
 class DueIndex(GlobalSecondaryIndex["TimerItem"]):
     class Meta:
         index_name = "due-index"
-        projection = IncludeProjection(["rev", "bkt"])
+        projection = IncludeProjection(["rev", "part"])
 
     due_shard = UnicodeAttribute(hash_key=True)
     ckpt_ms = NumberAttribute(range_key=True)
@@ -63,7 +63,7 @@ class TimerItem(Model):
     ckpt_n = NumberAttribute(default=0)  # the fires before it,
     ckpt_pv = NumberAttribute(null=True)  # and the chain position before it
     rev = NumberAttribute()
-    bkt = NumberAttribute()
+    part = NumberAttribute()  # the claim partition (its Redis bucket: part % BucketCount)
     due_shard = UnicodeAttribute(null=True)  # present only for active recurring timers
     created_ms = NumberAttribute()
     updated_ms = NumberAttribute()
@@ -128,7 +128,7 @@ def to_timer(item: TimerItem, payload: str | None = None) -> Timer:
         created_ms=int(item.created_ms),
         updated_ms=int(item.updated_ms),
         rev=int(item.rev),
-        bucket=int(item.bkt),
+        partition=int(item.part),
         expires_ms=_ms(item.expires_at),
     )
 
@@ -181,7 +181,7 @@ class TimerStore:
             ckpt_n=timer.fire_count,
             ckpt_pv=timer.last_fire_pos,
             rev=timer.rev,
-            bkt=timer.bucket,
+            part=timer.partition,
             due_shard=due_shard(timer.id, self.due_shards) if indexed else None,
             created_ms=timer.created_ms,
             updated_ms=timer.updated_ms,
@@ -246,7 +246,7 @@ class TimerStore:
             page_size=min(limit, 1_000),
             last_evaluated_key=start,
         )
-        rows = [(i.tenant, i.timer_id, int(i.ckpt_ms), int(i.rev), int(i.bkt)) for i in results]
+        rows = [(i.tenant, i.timer_id, int(i.ckpt_ms), int(i.rev), int(i.part)) for i in results]
         return rows, (results.last_evaluated_key if len(rows) >= limit else None)
 
     # ---------------------------------------------------------------- writes

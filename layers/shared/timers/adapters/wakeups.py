@@ -2,7 +2,7 @@
 
 A one-shot is written once and fires once, so its due entry is append-only and batched: one
 item per create request and due minute, key ``(shard, "<due ms>#<random>")``, listing the
-one-shots as ``"<bucket>:<member>"``. The migrator reads each shard in due order from its
+one-shots as ``"<partition>:<member>"``. The migrator reads each shard in due order from its
 watermark (the item at sort key ``"~"``, which sorts after every due time) and moves the
 watermark past the items whose one-shots all fired or changed - so fired work is read about
 twice and overdue work is read every minute until it fires, however old.
@@ -21,7 +21,7 @@ from pynamodb.models import Model
 from timers.core.chain import Member
 
 WATERMARK = "~"
-Placed = tuple[int, Member]  # (bucket, member)
+Placed = tuple[int, Member]  # (partition, member)
 MINUTE_MS = 60_000
 
 
@@ -50,10 +50,10 @@ class WakeupStore:
         self.retention_ms = retention_days * 86_400_000
 
     def items(self, placed: Iterable[Placed]) -> list[WakeupItem]:
-        """The items announcing (bucket, member) pairs: one per due minute, on random shards."""
+        """The items announcing (partition, member) pairs: one per due minute, random shards."""
         by_minute: dict[int, list[Placed]] = {}
-        for bucket, member in placed:
-            by_minute.setdefault(member.due // MINUTE_MS, []).append((bucket, member))
+        for partition, member in placed:
+            by_minute.setdefault(member.due // MINUTE_MS, []).append((partition, member))
         items = []
         for group in by_minute.values():
             suffix = secrets.token_hex(6)
@@ -100,5 +100,5 @@ class WakeupStore:
 
 
 def _placed(text: str) -> Placed:
-    bucket, member = text.split(":", 1)
-    return int(bucket), Member.parse(member)
+    partition, member = text.split(":", 1)
+    return int(partition), Member.parse(member)

@@ -68,9 +68,15 @@ def check_name(value: str, what: str) -> None:
         raise ValueError(f"{what} must be non-empty without '|' or '@': {value!r}")
 
 
-def claim_key(bucket: int, pos: int) -> str:
-    """The claim item holding ``pos``: one per bucket and second."""
-    return f"{bucket}/{pos // 1000}"
+PARTITIONS = 4_096
+"""Claim partitions. A timer belongs to one (fixed at its creation); its claim entries live in
+the item of its partition and second, and its Redis bucket is ``partition % BucketCount``.
+Never change it on a live deployment: it is part of every claim item's key."""
+
+
+def claim_key(partition: int, pos: int) -> str:
+    """The claim item holding ``pos``: one per partition and second."""
+    return f"{partition}/{pos // 1000}"
 
 
 def entry_name(timer_id: str, pos: int) -> str:
@@ -81,16 +87,18 @@ def entry_name(timer_id: str, pos: int) -> str:
 EntryRef = tuple[str, str]  # (claim key, entry name)
 
 
-def entry_ref(bucket: int, timer_id: str, pos: int) -> EntryRef:
-    return claim_key(bucket, pos), entry_name(timer_id, pos)
+def entry_ref(partition: int, timer_id: str, pos: int) -> EntryRef:
+    return claim_key(partition, pos), entry_name(timer_id, pos)
 
 
-def bucket_for(tenant: str, timer_id: str, bucket_count: int, spread: int) -> int:
-    """A tenant's timers share ``spread`` consecutive buckets from ``crc32(tenant)``, so one
-    tenant's burst occupies at most that many buckets (crc32 is the same in every process)."""
-    home = zlib.crc32(tenant.encode()) % bucket_count
-    width = max(1, min(spread, bucket_count))
-    return (home + zlib.crc32(timer_id.encode()) % width) % bucket_count
+def partition_for(tenant: str, timer_id: str, spread: int) -> int:
+    """A tenant's timers share ``spread`` consecutive partitions from ``crc32(tenant)`` (crc32
+    is the same in every process). So one tenant's burst occupies at most ``spread`` Redis
+    buckets and claim items per second - its runs, and the size of its claim writes - and other
+    tenants' timers sit in items of their own."""
+    home = zlib.crc32(tenant.encode()) % PARTITIONS
+    width = max(1, min(spread, PARTITIONS))
+    return (home + zlib.crc32(timer_id.encode()) % width) % PARTITIONS
 
 
 # ---------------------------------------------------------------- claim entries
@@ -250,7 +258,7 @@ def walk(timer: Timer, now_ms: int) -> Reads[Cursor]:
         if timer.max_fires is not None and cursor.n >= timer.max_fires:
             return replace(cursor, pos=None)
         window = positions(timer.plan, cursor.pos, CHECKPOINT_EVERY + 1)
-        refs = [entry_ref(timer.bucket, timer.id, p) for p in window]
+        refs = [entry_ref(timer.partition, timer.id, p) for p in window]
         entries: dict[int, Entry | None] = {}
         lo, hi = -1, len(window)  # window[lo] holds a claim, window[hi] does not
         while hi - lo > 1:
@@ -291,14 +299,14 @@ def resolved(timer: Timer, cursor: Cursor) -> Timer:
 
 
 def history(
-    bucket: int, timer_id: str, start: int | None, limit: int
+    partition: int, timer_id: str, start: int | None, limit: int
 ) -> Reads[tuple[list[tuple[int, Entry]], int | None]]:
     """Up to ``limit`` fires, newest first, from position ``start`` back along ``pv``; also the
     position to continue from (None: no older entry)."""
     fires: list[tuple[int, Entry]] = []
     pos = start
     while pos is not None and len(fires) < limit:
-        ref = entry_ref(bucket, timer_id, pos)
+        ref = entry_ref(partition, timer_id, pos)
         entry = (yield [ref]).get(ref)
         if entry is None:
             return fires, None

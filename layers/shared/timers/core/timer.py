@@ -45,7 +45,7 @@ _READ_ONLY = frozenset(
         "last_fire_pos",
         "created_ms",
         "rev",
-        "bucket",
+        "partition",
         "expires_ms",
     }
 )
@@ -73,7 +73,7 @@ class Timer:
     created_ms: int = 0
     updated_ms: int = 0
     rev: int = 0  # revision: 0 until first stored, then +1 per change (optimistic concurrency)
-    bucket: int = 0  # Redis bucket, fixed at creation (see timers.core.chain.bucket_for)
+    partition: int = 0  # fixed at creation (timers.core.chain.partition_for)
     expires_ms: int | None = None  # when a completed timer is deleted (retention)
 
     @property
@@ -227,7 +227,7 @@ def to_card(timer: Timer) -> str:
         "q": timer.target_queue_url,
         "nm": timer.name,
         "p": timer.payload_json,
-        "b": timer.bucket,
+        "b": timer.partition,
     }
     return f"{timer.rev}|{json.dumps(body, separators=(',', ':'), ensure_ascii=False)}"
 
@@ -248,5 +248,5 @@ def from_card(tenant: str, timer_id: str, card: str) -> Timer:
         end_ms=body["en"],
         max_fires=body["mx"],
         rev=int(rev),
-        bucket=body["b"],
+        partition=body["b"],
     )
