@@ -468,13 +468,18 @@ def test_a_run_out_of_time_never_duplicates_nor_loses(
     rig.clock.now = T0 + 1_000
     end = rig.clock() + remaining_ms
 
-    def clock_of_a_run_that_is_killed_at_its_end() -> int:
+    def clock_of_a_run_that_is_killed_at_its_end() -> int:  # read at every step of the run
         if rig.clock() > end:
             raise Kill("the platform ends the invocation")
         return rig.clock()
 
     with contextlib.suppress(Kill):
-        rig.run(remaining_ms, claims=slow, reference=clock_of_a_run_that_is_killed_at_its_end)
+        rig.run(
+            remaining_ms,
+            claims=slow,
+            clock=clock_of_a_run_that_is_killed_at_its_end,
+            reference=clock_of_a_run_that_is_killed_at_its_end,
+        )
     rig.sqs.delay_ms = 0
     rig.clock.advance(LAPSE_MS)
     rig.run_until_idle()
