@@ -14,7 +14,7 @@ import pytest
 from pynamodb.models import Model
 
 from ops import template
-from timers import store, tenants
+from timers.adapters import claims, idempotency, tenants, timers_table, wakeups
 from timers.config import Settings
 
 FUNCTIONS = template.resources("AWS::Serverless::Function")
@@ -47,9 +47,10 @@ def _model_keys(model: type[Model]) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("logical_id", "model"),
     [
-        ("TimersTable", store.TimerItem),
-        ("FiresTable", store.FireItem),
-        ("IdempotencyTable", store.IdempotencyItem),
+        ("TimersTable", timers_table.TimerItem),
+        ("TimersTable", timers_table.PayloadItem),
+        ("WakeupsTable", wakeups.WakeupItem),
+        ("IdempotencyTable", idempotency.IdempotencyItem),
         ("TenantsTable", tenants.TenantItem),
         ("TenantsTable", tenants.ApiKeyItem),
     ],
@@ -63,19 +64,27 @@ def test_models_match_the_tables(logical_id: str, model: type[Model]) -> None:
         for index in vars(model).values()
         if hasattr(index, "Meta") and hasattr(index.Meta, "index_name")
     }
-    assert set(model_indexes) == set(indexes)
+    assert set(model_indexes) <= set(indexes)  # (the payload items share the timers' table)
     for name, index in model_indexes.items():
         declared = {
             ("RANGE" if attr.is_range_key else "HASH"): attr.attr_name
             for attr in index.Meta.attributes.values()
         }
         assert declared == _keys(indexes[name]["KeySchema"])
-        assert (
-            index.Meta.projection.projection_type == indexes[name]["Projection"]["ProjectionType"]
+        projection = indexes[name]["Projection"]
+        assert index.Meta.projection.projection_type == projection["ProjectionType"]
+        assert sorted(getattr(index.Meta.projection, "non_key_attributes", None) or []) == sorted(
+            projection.get("NonKeyAttributes", [])
         )
     ttl = props.get("TimeToLiveSpecification", {}).get("AttributeName")
     if ttl:
         assert ttl in model.get_attributes()
+
+
+def test_the_claims_table_is_keyed_and_expires_as_the_claim_store_writes_it() -> None:
+    props: dict[str, Any] = TABLES["ClaimsTable"]
+    assert _keys(props["KeySchema"]) == {"HASH": "k"}
+    assert props["TimeToLiveSpecification"]["AttributeName"] == claims.TTL_ATTRIBUTE
 
 
 def test_every_setting_is_configured_by_the_template() -> None:
