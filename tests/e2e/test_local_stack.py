@@ -79,6 +79,7 @@ def test_ready_lines_name_the_endpoints_and_a_working_demo_key(stack: RunningSta
     assert body == {
         "tenant": "demo",
         "callback_queue_url": stack.ready["Tenant demo callback queue: "],
+        "retention_days": 30,
     }
     # `make tenant NAME=demo` prints the same key and queue while the stack runs.
     assert admin(stack, "tenant", "create", "demo") == {
