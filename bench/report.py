@@ -1,4 +1,5 @@
-"""``python -m bench.report``: the results table (the README's) from bench/results/latest.json."""
+"""``python -m bench.report``: the README's results table from bench/results/latest.json, side by
+side with bench/results/before.json (the first fire path's last measurement, kept as measured)."""
 
 from __future__ import annotations
 
@@ -8,66 +9,88 @@ from typing import Any
 
 from bench.common import RESULTS
 
+BEFORE = RESULTS.with_name("before.json")
+
 
 def _ms(value: Any) -> str:
     return "-" if value is None else f"{value:,.0f} ms"
 
 
-def table(results: dict[str, Any]) -> str:
-    rows: list[tuple[str, str]] = []
-    engine = results.get("engine")
-    if engine:
-        rows += [
-            ("engine: Redis lease -> ack, fires/s", f"{engine['fires_per_s']:,}"),
-            ("naive baseline (one zset, one lock), fires/s", f"{engine['baseline_fires_per_s']:,}"),
-            ("engine / baseline", f"{engine['ratio']}x"),
-        ]
-    e2e = results.get("e2e")
-    if e2e:
-        for steady in e2e.get("steady_levels") or [e2e["steady"]]:
-            rows.append(
-                (
-                    f"local stack, {steady['timers']} timers every 1 s (delivered"
-                    f" {steady['fires_per_s']:.0f} fires/s): lag p50 / p99 / max",
-                    f"{_ms(steady['p50_ms'])} / {_ms(steady['p99_ms'])} / {_ms(steady['max_ms'])}"
-                    f" ({steady['early']} early)",
-                )
-            )
-        for burst in e2e["bursts"]:
-            rows.append(
-                (
-                    f"local stack, {burst['n']:,} due in one second: lag p50 / p99, drained in",
-                    f"{_ms(burst['p50_ms'])} / {_ms(burst['p99_ms'])}, {burst['drain_s']} s"
-                    f" ({burst['early']} early, {burst.get('missing', 0)} missing,"
-                    f" {burst.get('duplicates', 0)} duplicates)",
-                )
-            )
-    cost = results.get("cost")
-    if cost:
-        per = cost["usd_per_million_fires"]
-        rows += [
-            ("$ per million one-shot fires (incl. the create)", f"${per['one_shot']:.2f}"),
-            ("$ per million recurring fires", f"${per['recurring']:.2f}"),
-            ("$ per idle month", f"${cost['usd_per_idle_month']:.2f}"),
-            ("EventBridge Scheduler / Cloud Tasks, $ per million", "$1.00 / $0.40"),
-        ]
-    lines = ["| measured | result |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
-    m = results.get("machine", {})
-    lines.append("")
-    lines.append(
-        f"Machine: {m.get('cpu')}, {m.get('cores')} cores, {m.get('ram_gib')} GiB, "
-        f"Python {m.get('python')}, redis-server {m.get('redis_server')}."
+def _lags(s: dict[str, Any]) -> str:
+    return " / ".join(_ms(s.get(k)) for k in ("p50", "p90", "p99", "max"))
+
+
+def _faults(s: dict[str, Any]) -> str:
+    return f"{s.get('early', 0)} early, {s.get('duplicates', 0)} dup, {s.get('missing', 0)} missing"
+
+
+def rows(now: dict[str, Any], before: dict[str, Any]) -> list[tuple[str, str, str]]:
+    out: list[tuple[str, str, str]] = []
+    old_e2e = before.get("e2e", {})
+    old_steady: dict[str, Any] = next(
+        (s for s in old_e2e.get("steady_levels", []) if s["timers"] == 20), {}
     )
+    old_bursts = {b["n"]: b for b in old_e2e.get("bursts", [])}
+    if e := now.get("e2e"):
+        s = e["steady"]
+        old_lags = {k: old_steady.get(f"{k}_ms") for k in ("p50", "p90", "p99", "max")}
+        out += [
+            ("steady 20 timers every 1 s: fired_at lag p50 / p90 / p99 / max",
+             _lags(s["fired_at_lag_ms"]), _lags(old_lags) if old_steady else "-"),
+            ("... receive-time lag p50 / p90 / p99 / max", _lags(s["receive_lag_ms"]), "-"),
+            ("... early, duplicates, missing", _faults(s),
+             _faults(old_steady) if old_steady else "-"),
+            ("... trigger invocations per fire", f"{s['invocations_per_fire']}", "-"),
+            ("spaced one-shots: max fired_at lag", _ms(e["spaced"]["fired_at_lag_ms"]["max"]),
+             "600-1,000 ms (issue 10)"),
+            ("tenant B's lone timer during A's 300-burst: lag", _ms(e["fairness"]["b_lag_ms"]),
+             "9,600 ms (issue 10)"),
+        ]  # fmt: skip
+        for key in sorted(k for k in e if k.startswith("burst_")):
+            b, old = e[key], old_bursts.get(e[key]["n"], {})
+            out.append((
+                f"{b['n']:,} one-shots due in one second: drained in (moto share of CPU)",
+                f"{b['drain_s']} s ({b['moto_share_of_stack_cpu']}), {_faults(b)}",
+                f"{old['drain_s']} s, {_faults(old)}" if old else "-",
+            ))  # fmt: skip
+    if c := now.get("cost"):
+        old = before.get("cost", {}).get("usd_per_million_fires", {})
+        per, wru = c["usd_per_million_fires"], c["wru_per_fire"]
+        old_for = {"recurring_batched": old.get("recurring_burst"),
+                   "recurring_alone": old.get("recurring"), "one_shot": old.get("one_shot"),
+                   "one_shot_batch_create": old.get("one_shot_burst")}  # fmt: skip
+        for name, usd in per.items():
+            was = old_for.get(name)
+            before_usd = "-" if was is None else f"${was:.2f}"
+            out.append((f"$ per million fires: {name} (WRU per fire)",
+                        f"${usd:.3f} ({wru[name]:.2f})", before_usd))  # fmt: skip
+        was_idle = before.get("cost", {}).get("usd_per_idle_month")
+        out.append(("$ per idle month", f"${c['usd_per_idle_month']:.2f}",
+                    "-" if was_idle is None else f"${was_idle:.2f}"))  # fmt: skip
+    if g := now.get("engine"):
+        rates = f"{g['fires_per_s']:,} vs {g['baseline_fires_per_s']:,} ({g['ratio']}x)"
+        out.append(("Redis lease -> finish vs one zset + one lock, fires/s (4 workers)", rates,
+                    "-"))  # fmt: skip
+    return out
+
+
+def table(now: dict[str, Any], before: dict[str, Any]) -> str:
+    lines = ["| measured | now | first fire path |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows(now, before)]
+    m = now.get("machine", {})
+    lines.append(f"\nMachine: {m.get('cpu')}, {m.get('cores')} cores, {m.get('ram_gib')} GiB, "
+                 f"Python {m.get('python')}, redis-server {m.get('redis_server')}.")  # fmt: skip
     return "\n".join(lines)
 
 
 def main() -> int:
     try:
-        results = json.loads(RESULTS.read_text())
+        now = json.loads(RESULTS.read_text())
     except (OSError, ValueError):
         print(f"no results yet in {RESULTS}: run `make bench`", file=sys.stderr)
         return 1
-    print(table(results))
+    before = json.loads(BEFORE.read_text()) if BEFORE.exists() else {}
+    print(table(now, before))
     print(f"\n(from {RESULTS}; rerun: make bench, or make bench QUICK=1)")
     return 0
 
