@@ -32,7 +32,7 @@ metrics = Metrics()
 # These timeouts are the budgets in timers.firing (SQS_CALL_MS, DYNAMO_CALL_MS).
 SQS_CONFIG = Config(
     connect_timeout=1,
-    read_timeout=3,
+    read_timeout=8,
     retries={"max_attempts": 1, "mode": "standard"},
     max_pool_connections=SEND_WORKERS,
 )
@@ -99,6 +99,8 @@ def emit_metrics(report: TriggerReport, invoke_delay_ms: int | None) -> None:
         )
         late = sum(1 for lag in report.lags_ms if lag > 100)
         metrics.add_metric(name="FiresLate", unit=count, value=late)
+    if report.ambiguous:
+        metrics.add_metric(name="SendsAmbiguous", unit=count, value=report.ambiguous)
     if report.refused or report.handed_back:
         metrics.add_metric(name="FiresHandedBack", unit=count, value=report.handed_back)
         metrics.add_metric(name="ClockRefusals", unit=count, value=report.refused)

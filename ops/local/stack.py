@@ -52,7 +52,7 @@ class LocalConfig:
     aws_port: int = 4566
     redis_port: int = 6390
     demo_api_key: str | None = None
-    concurrency: int = 4  # sandboxes per function; the trigger's are what bursts use
+    concurrency: int = 8  # sandboxes per function: armed trigger runs wait for their due instant
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> LocalConfig:
@@ -67,7 +67,7 @@ class LocalConfig:
             aws_port=number("AWS_PORT", 4566),
             redis_port=number("REDIS_PORT", 6390),
             demo_api_key=env.get("TIMERS_DEMO_API_KEY") or None,
-            concurrency=number("LOCAL_LAMBDA_CONCURRENCY", 4, high=64),
+            concurrency=number("LOCAL_LAMBDA_CONCURRENCY", 8, high=64),
         )
         if len({config.api_port, config.aws_port, config.redis_port}) < 3:
             raise StackError("API_PORT, AWS_PORT and REDIS_PORT must be three different ports")

@@ -36,7 +36,7 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
 from functions.trigger import app as trigger_app
 from ops.local.context import LambdaContext
@@ -749,6 +749,38 @@ def test_access_denied_and_exhausted_retries_record_the_fire_failed(
     assert fire["status"] == "failed"
     assert reason in fire["reason"]
     assert rig.drain(rig.api.queues["acme"]) == []
+
+
+class LossySqs:
+    """Calls fail by script: a connection refused before the request went, or a read timeout
+    after SQS took the batch (the answer is lost)."""
+
+    def __init__(self, rig: Rig, errors: Sequence[Exception]) -> None:
+        self.rig, self.errors = rig, list(errors)
+
+    def send_message_batch(self, *, QueueUrl: str, Entries: Sequence[Any]) -> Any:
+        error = self.errors.pop(0) if self.errors else None
+        if isinstance(error, EndpointConnectionError):
+            raise error
+        answer = self.rig.sqs.send_message_batch(QueueUrl=QueueUrl, Entries=Entries)
+        if error is not None:
+            raise error
+        return answer
+
+
+def test_a_send_whose_answer_is_lost_is_retried_and_counted_ambiguous(rig: Rig) -> None:
+    # The documented duplicate window: the retry sends the callback again (same fire_id), and
+    # the run says so. A refused connection (the request never went) is retried silently.
+    timer = rig.api.create(schedule=after(1))
+    rig.clock.now = T0 + 1_000
+    lost = ReadTimeoutError(endpoint_url="http://sqs")
+    refused = EndpointConnectionError(endpoint_url="http://sqs")
+    (report,) = rig.run(sqs=LossySqs(rig, [refused, lost]))
+    assert (report.enqueued, report.ambiguous) == (1, 1)
+    messages = rig.drain(rig.api.queues["acme"])
+    assert [m["timer_id"] for m in messages] == [timer["id"]] * 2
+    assert len({m["fire_id"] for m in messages}) == 1
+    assert [f["status"] for f in rig.fires(timer["id"])] == ["enqueued"]
 
 
 class GatedSqs:

@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from timers.adapters.claims import ClaimStore, Outcome, chunks
+from timers.adapters.claims import ClaimStore, chunks
 from timers.adapters.redis_index import Leased
 from timers.core.chain import (
     LAPSE_MARGIN_MS,
@@ -94,8 +94,10 @@ REDIS_CALL_MS = 1_000
 DYNAMO_CALL_MS = 4_500
 """Worst case of one DynamoDB write: 2 attempts x (0.5 s connect + 1.5 s read) + backoff."""
 
-SQS_CALL_MS = 4_000
-"""Worst case of one SendMessageBatch attempt: 1 s connect + 3 s read (the handler's client)."""
+SQS_CALL_MS = 9_000
+"""Worst case of one SendMessageBatch attempt: 1 s connect + 8 s read (the handler's client).
+The read timeout is long on purpose: a batch that times out after SQS took it is sent again (a
+duplicate), so only a dead connection, not a slow answer, should end the wait."""
 
 STOP_LEASING_MS = 15_000
 """A run takes no new work after this long, so the fan-out can re-spread a long backlog."""
@@ -197,6 +199,7 @@ class TriggerReport:
     failed: int = 0
     handed_back: int = 0  # leased or claimed, then given back (deadline)
     refused: int = 0  # not sent: the clock could not be trusted
+    ambiguous: int = 0  # send attempts that timed out after the request went: maybe sent twice
     lags_ms: list[int] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # "<fire id>: <reason>"
 
@@ -530,6 +533,7 @@ class Run:
         due = [j for j in self.pending if j.send_at + SEND_GUARD_MS <= lower]
         deliveries = [j.delivery for j in due if j.delivery is not None]
         self.sender.send(deliveries)
+        self.report.ambiguous = self.sender.ambiguous
         self._hook("sent")
         sent = [j for j in due if j.delivery is not None and j.delivery.settled]
         sent_ids = {id(j) for j in sent}
@@ -539,14 +543,13 @@ class Run:
         return bool(sent)
 
     def _record(self, jobs: Sequence[Job]) -> None:
-        by_key: dict[str, dict[str, Outcome]] = defaultdict(dict)
+        by_key: dict[str, dict[str, Entry]] = defaultdict(dict)
         for job in jobs:
             d = job.delivery
             assert d is not None and job.entry is not None
             state: State = "d" if d.enqueued_ms is not None else "f"
             at = d.enqueued_ms if d.enqueued_ms is not None else self.sync.now()
-            by_key[job.ref[0]][job.ref[1]] = Outcome(state, at, d.failure)
-            job.entry = Entry(
+            job.entry = by_key[job.ref[0]][job.ref[1]] = Entry(
                 state,
                 job.entry.rev,
                 n=job.entry.n,
@@ -566,8 +569,8 @@ class Run:
         for key, outcomes in by_key.items():
             for chunk in chunks(outcomes):
                 if not self.deps.claims.record(key, self.owner, chunk):
-                    for name, outcome in chunk.items():  # one was taken over: record the rest
-                        self.deps.claims.record(key, self.owner, {name: outcome})
+                    for name, entry in chunk.items():  # one was taken over: record the rest
+                        self.deps.claims.record(key, self.owner, {name: entry})
         self._hook("recorded")
 
     def _finish(self, jobs: Sequence[Job]) -> None:

@@ -15,7 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionClosedError,
+    ReadTimeoutError,
+)
 
 from timers.core.timer import Timer, fire_id
 from timers.core.times import format_ms
@@ -108,6 +113,7 @@ class Sender:
     clock: Callable[[], int]  # the reference time (fired_at, enqueued_at)
     sleep: Callable[[float], None]
     may_attempt: Callable[[Sequence[Delivery]], bool]
+    ambiguous: int = 0  # attempts whose outcome is unknown (SQS may have taken them): retried
 
     def send(self, deliveries: Sequence[Delivery]) -> None:
         """Send every callback; sets ``enqueued_ms`` or ``failure`` on each one sent."""
@@ -171,6 +177,9 @@ class Sender:
                     raise _PermanentSendError(last_error) from exc
                 continue
             except BotoCoreError as exc:  # connection reset, timeout: retryable
+                # After a read timeout or a dropped connection SQS may have taken the batch:
+                # the retry is the documented duplicate window, so it is counted.
+                self.ambiguous += isinstance(exc, ReadTimeoutError | ConnectionClosedError)
                 last_error = f"{type(exc).__name__}: {exc}"
                 continue
             enqueued_ms = self.clock()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import boto3
@@ -62,15 +61,6 @@ def from_item_value(value: Mapping[str, Any]) -> Entry:
             raw = fields[key][kind]
             kwargs[name] = int(raw) if kind == "N" else raw
     return Entry(**kwargs)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How a claimed fire ended: ``d`` sent or ``f`` failed (with a reason), at ``enqueued``."""
-
-    state: str
-    enqueued: int
-    reason: str | None = None
 
 
 class ClaimStore:
@@ -170,26 +160,20 @@ class ClaimStore:
             nested=True,
         )
 
-    def record(self, key: str, owner: str, outcomes: Mapping[str, Outcome]) -> bool:
-        """Mark claimed entries sent or failed, only while every one is still ``owner``'s."""
-        names = list(outcomes)
-        sets: list[str] = []
-        values: dict[str, Any] = {":own": {"S": owner}}
-        for i, name in enumerate(names):
-            outcome = outcomes[name]
-            sets += [f"#e{i}.#s = :s{i}", f"#e{i}.#q = :q{i}"]
-            values[f":s{i}"] = {"S": outcome.state}
-            values[f":q{i}"] = {"N": str(outcome.enqueued)}
-            if outcome.reason is not None:
-                sets.append(f"#e{i}.#x = :x{i}")
-                values[f":x{i}"] = {"S": outcome.reason[:1000]}
-        removes = [f"#e{i}.#{field}" for i in range(len(names)) for field in ("o", "u")]
+    def record(self, key: str, owner: str, entries: Mapping[str, Entry]) -> bool:
+        """Replace claimed entries by their outcomes (sent, failed), only while every one is
+        still ``owner``'s. Whole entries, not their fields: one operand per entry is cheaper
+        to evaluate (moto takes ~10x longer over nested SET/REMOVE paths)."""
+        names = list(entries)
         return self._update(
             key,
-            f"SET {', '.join(sets)} REMOVE {', '.join(removes)}",
+            "SET " + ", ".join(f"#e{i} = :v{i}" for i in range(len(names))),
             " AND ".join(f"#e{i}.#o = :own" for i in range(len(names))),
             names,
-            values,
+            {
+                ":own": {"S": owner},
+                **{f":v{i}": to_item_value(entries[n]) for i, n in enumerate(names)},
+            },
             nested=True,
         )
 
