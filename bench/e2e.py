@@ -42,6 +42,7 @@ from tests.support.local_stack import RunningStack, admin, descendants, start_st
 from timers.core.times import format_ms, parse_ms
 
 STEADY_TIMERS = 20
+WARM_UP_S = 15  # the local runtime starts sandboxes on demand, in seconds each on 2 busy cores
 BATCH = 100  # timers per POST /v1/timers:batch
 CREATE_THREADS = 4  # batch creates in flight (the stack's api has 4 sandboxes)
 RUN_COUNTS = ("ambiguous", "handed_back", "refused", "held", "reclaimed", "failed")
@@ -220,7 +221,7 @@ def steady(a: Tenant, window_s: int) -> dict[str, Any]:
     ids = a.create_batch([{"schedule": {"type": "every", "seconds": 1},
                            "start_at": format_ms(first + p), "payload": {"bench": True}}
                           for p in phases])  # fmt: skip
-    start = (now_ms() // 1000 + 5) * 1000  # a warm-up, then the window
+    start = (now_ms() // 1000 + WARM_UP_S) * 1000  # sandboxes start cold: warm them first
     time.sleep((start - now_ms()) / 1000)
     runs0 = trigger_runs(a.stack)
     time.sleep(window_s)

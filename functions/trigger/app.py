@@ -42,6 +42,15 @@ DYNAMO_CONFIG = Config(
     retries={"max_attempts": 2, "mode": "standard"},
     max_pool_connections=16,
 )
+# A record that times out after DynamoDB applied it is harmless, but one given up after the
+# send turns into a duplicate when its claim lapses: the record waits long, once, and the
+# run retries it while its deadline allows (RECORD_CALL_MS).
+RECORD_CONFIG = Config(
+    connect_timeout=0.5,
+    read_timeout=8,
+    retries={"max_attempts": 1, "mode": "standard"},
+    max_pool_connections=16,
+)
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,7 @@ def deps() -> TriggerDeps:
         settings.claims_table,
         settings.fire_retention_days,
         boto3.client("dynamodb", config=DYNAMO_CONFIG),
+        boto3.client("dynamodb", config=RECORD_CONFIG),
     )
     conn = redis_client(settings)
     return TriggerDeps(

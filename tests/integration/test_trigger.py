@@ -503,6 +503,59 @@ class SlowClaims(ClaimStore):
         return super()._update(*args, **kwargs)
 
 
+class FlakyClaims(ClaimStore):
+    """The claims table, whose next ``claim`` or ``record`` calls fail by script: a timeout
+    after DynamoDB applied the write (``"applied"``) or before it reached it (``"lost"``)."""
+
+    def __init__(self, real: ClaimStore, **script: list[str]) -> None:
+        super().__init__(real.table, real.retention_days, real.client)
+        self.script = script
+
+    def _flaky(self, call: str, write: Callable[[], bool]) -> bool:
+        how = self.script.get(call, []).pop(0) if self.script.get(call) else None
+        if how == "lost":
+            raise ReadTimeoutError(endpoint_url="http://dynamodb")
+        result = write()
+        if how == "applied":
+            raise ReadTimeoutError(endpoint_url="http://dynamodb")
+        return result
+
+    def claim(self, key: str, entries: Any) -> bool:
+        return self._flaky("claim", lambda: super(FlakyClaims, self).claim(key, entries))
+
+    def record(self, key: str, owner: str, entries: Any) -> bool:
+        return self._flaky("record", lambda: super(FlakyClaims, self).record(key, owner, entries))
+
+
+@pytest.mark.parametrize("how", ["lost", "applied"])
+def test_a_record_that_times_out_is_retried_so_the_fire_is_sent_once(rig: Rig, how: str) -> None:
+    # A record given up after the send would leave the claim pending; once it lapsed, the
+    # next run would send the fire again.
+    timer = rig.api.create(schedule=after(1))
+    rig.clock.now = T0 + 1_000
+    claims = FlakyClaims(rig.claims, record=[how, how])
+    (report,) = rig.run(claims=claims)
+    assert report.enqueued == 1
+    rig.clock.advance(LAPSE_MS)
+    rig.run_until_idle()
+    assert rig.per_fire() == Counter({f"{timer['id']}:{T0 + 1_000}": 1})
+    assert [f["status"] for f in rig.fires(timer["id"])] == ["enqueued"]
+
+
+@pytest.mark.parametrize("how", ["lost", "applied"])
+def test_a_claim_that_times_out_sends_nothing_and_gives_its_members_back(
+    rig: Rig, how: str
+) -> None:
+    timer = rig.api.create(schedule=after(1))
+    rig.clock.now = T0 + 1_000
+    first, *_ = rig.run(claims=FlakyClaims(rig.claims, claim=[how, how, how]))
+    assert first.handed_back >= 1 and rig.sqs.sent == [] and len(rig.members()) == 1
+    if how == "applied":  # the entry is the dead run's until it lapses: late, not twice
+        rig.clock.advance(LAPSE_MS)
+    rig.run_until_idle()
+    assert rig.per_fire() == Counter({f"{timer['id']}:{T0 + 1_000}": 1})
+
+
 def test_a_run_without_time_for_a_whole_fire_leases_nothing(rig: Rig) -> None:
     rig.api.create(schedule=after(1))
     rig.clock.now = T0 + 1_000

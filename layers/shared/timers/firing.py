@@ -41,6 +41,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from timers.adapters.claims import ClaimStore, chunks
 from timers.adapters.redis_index import Leased
 from timers.core.chain import (
@@ -92,12 +94,18 @@ REDIS_CALL_MS = 1_000
 """Worst case of one Redis call (the client's socket timeout, see timers.runtime)."""
 
 DYNAMO_CALL_MS = 4_500
-"""Worst case of one DynamoDB write: 2 attempts x (0.5 s connect + 1.5 s read) + backoff."""
+"""Worst case of one DynamoDB claim or read: 2 attempts x (0.5 s connect + 1.5 s read) + backoff."""
+
+RECORD_CALL_MS = 8_500
+"""Worst case of one record attempt: 0.5 s connect + 8 s read (the handler's record client)."""
 
 SQS_CALL_MS = 9_000
 """Worst case of one SendMessageBatch attempt: 1 s connect + 8 s read (the handler's client).
 The read timeout is long on purpose: a batch that times out after SQS took it is sent again (a
 duplicate), so only a dead connection, not a slow answer, should end the wait."""
+
+SEND_RESERVE_MS = SQS_CALL_MS + RECORD_CALL_MS + 2 * REDIS_CALL_MS
+"""A send attempt starts only with this much time left: it, its record and its finish."""
 
 STOP_LEASING_MS = 15_000
 """A run takes no new work after this long, so the fan-out can re-spread a long backlog."""
@@ -379,16 +387,16 @@ class Run:
         return self.end - self.sync.now()
 
     def _may_lease(self, now: int) -> bool:
-        work = REDIS_CALL_MS + DYNAMO_CALL_MS + SQS_CALL_MS + DYNAMO_CALL_MS + 2 * REDIS_CALL_MS
+        work = REDIS_CALL_MS + DYNAMO_CALL_MS + SEND_RESERVE_MS
         return now - self.started < STOP_LEASING_MS and self._left() > work
 
     def _may_claim(self) -> bool:
-        return self._left() > DYNAMO_CALL_MS + SQS_CALL_MS + DYNAMO_CALL_MS + 2 * REDIS_CALL_MS
+        return self._left() > DYNAMO_CALL_MS + SEND_RESERVE_MS
 
     def _may_send(self, deliveries: Sequence[Delivery]) -> bool:
         """A send attempt starts only if it, its record and its finish end before the deadline,
         and only when every fire in it is due by the lower bound of the reference time."""
-        if self._left() <= SQS_CALL_MS + DYNAMO_CALL_MS + 2 * REDIS_CALL_MS:
+        if self._left() <= SEND_RESERVE_MS:
             return False
         if self.sync.stale():
             self.sync.measure()
@@ -479,7 +487,18 @@ class Run:
         return [job for ours in results for job in ours]
 
     def _claim_item(self, key: str, named: dict[str, Job]) -> list[Job]:
-        return [job for chunk in chunks(named) for job in self._claim_chunk(key, chunk)]
+        ours: list[Job] = []
+        for chunk in chunks(named):
+            try:
+                ours += self._claim_chunk(key, chunk)
+            except (BotoCoreError, ClientError):  # nothing was sent: give the chunk back
+                log.warning("claim failed; members released", exc_info=True)
+                back = {job.member: job.member.due for job in chunk.values()}
+                self.report.handed_back += len(back)
+                self.deps.index.release(self.bucket, self.owner, back)
+                for m in back:
+                    self.held_leases.pop(m, None)
+        return ours
 
     def _claim_chunk(self, key: str, named: dict[str, Job]) -> list[Job]:
         entries = {name: job.entry for name, job in named.items() if job.entry is not None}
@@ -568,10 +587,21 @@ class Run:
                 self.report.failures.append(f"{d.id}: {d.failure}")
         for key, outcomes in by_key.items():
             for chunk in chunks(outcomes):
-                if not self.deps.claims.record(key, self.owner, chunk):
+                if not self._record_chunk(key, chunk):
                     for name, entry in chunk.items():  # one was taken over: record the rest
-                        self.deps.claims.record(key, self.owner, {name: entry})
+                        self._record_chunk(key, {name: entry})
         self._hook("recorded")
+
+    def _record_chunk(self, key: str, entries: Mapping[str, Entry]) -> bool:
+        """Record, retried while the deadline leaves time for another attempt and a finish:
+        a fire sent and not recorded is sent again once its claim lapses."""
+        while True:
+            try:
+                return self.deps.claims.record(key, self.owner, entries)
+            except (BotoCoreError, ClientError):
+                if self._left() <= RECORD_CALL_MS + 2 * REDIS_CALL_MS:
+                    raise
+                log.warning("record failed; retrying", exc_info=True)
 
     def _finish(self, jobs: Sequence[Job]) -> None:
         """Checkpoint the timers that need it, then ack and chain in Redis."""

@@ -64,10 +64,14 @@ def from_item_value(value: Mapping[str, Any]) -> Entry:
 
 
 class ClaimStore:
-    def __init__(self, table: str, retention_days: int, client: Any = None) -> None:
+    def __init__(
+        self, table: str, retention_days: int, client: Any = None, record_client: Any = None
+    ) -> None:
         self.table = table
         self.retention_days = retention_days
         self._client = client
+        # Records may wait longer than claims: a record lost after its send is a duplicate.
+        self._record_client = record_client
 
     @property
     def client(self) -> Any:
@@ -175,6 +179,7 @@ class ClaimStore:
                 **{f":v{i}": to_item_value(entries[n]) for i, n in enumerate(names)},
             },
             nested=True,
+            client=self._record_client,
         )
 
     def unclaim(self, key: str, owner: str, names: Sequence[str]) -> bool:
@@ -221,13 +226,14 @@ class ClaimStore:
         names: Sequence[str],
         values: Mapping[str, Any],
         nested: bool = False,
+        client: Any = None,
     ) -> bool:
         attribute_names = {f"#e{i}": name for i, name in enumerate(names)}
         if nested:
             used = set(re.findall(r"#\w+", update + " " + condition))
             attribute_names.update({k: v for k, v in _NAMES.items() if k in used})
         try:
-            self.client.update_item(
+            (client or self.client).update_item(
                 TableName=self.table,
                 Key={"k": {"S": key}},
                 UpdateExpression=update,
