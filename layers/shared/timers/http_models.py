@@ -99,74 +99,129 @@ class PreviewIn(_Strict):
     count: Annotated[StrictInt, Field(ge=1, le=100)] = 10
 
 
-# ---------------------------------------------------------------- responses (documentation)
+# ---------------------------------------------------------------- responses
+# What the API answers, exactly: every field is always present (null where the contract says
+# so) and no other field appears, so the document says "required" and "no additional
+# properties" and the fuzz test (tests/e2e/test_fuzz.py) holds every answer to it.
 
 
-class TimerOut(BaseModel):
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_serialization_defaults_required=True)
+
+
+Timestamp = Annotated[
+    str,
+    Field(
+        json_schema_extra={"format": "date-time"},
+        description="RFC 3339, UTC, milliseconds",
+        examples=["2026-11-21T10:00:00.000Z"],
+    ),
+]
+TimerStatus = Literal["active", "paused", "completed"]
+FireStatus = Literal["enqueued", "pending", "failed"]
+
+
+class AtOut(_Out):
+    type: Literal["at"]
+    at: Timestamp
+
+
+class AfterOut(_Out):
+    type: Literal["after"]
+    seconds: float
+
+
+class CronOut(_Out):
+    type: Literal["cron"]
+    expression: str
+    timezone: str
+
+
+class EveryOut(_Out):
+    type: Literal["every"]
+    seconds: float
+
+
+ScheduleOut = Annotated[AtOut | AfterOut | CronOut | EveryOut, Field(discriminator="type")]
+
+
+class TargetOut(_Out):
+    queue_url: str
+
+
+class TimerOut(_Out):
     id: str
     name: str | None
-    schedule: dict[str, Any]
-    start_at: str | None
-    end_at: str | None
+    schedule: ScheduleOut
+    start_at: Timestamp | None
+    end_at: Timestamp | None
     max_fires: int | None
-    target: dict[str, str]
+    target: TargetOut
     payload: JsonValue
     misfire: MisfireIn
-    status: Literal["active", "paused", "completed"]
-    next_fire_at: str | None
+    status: TimerStatus
+    next_fire_at: Timestamp | None
     fire_count: int
-    created_at: str
-    updated_at: str
-    expires_at: str | None = Field(
+    created_at: Timestamp
+    updated_at: Timestamp
+    expires_at: Timestamp | None = Field(
         None, description="A completed timer is deleted then, with its fire history"
     )
 
 
-class TimerList(BaseModel):
+class TimerList(_Out):
     items: list[TimerOut]
-    next_cursor: str | None
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null: last")
 
 
-class TimerBatchOut(BaseModel):
-    items: list[TimerOut]
+class TimerBatchOut(_Out):
+    items: list[TimerOut] = Field(description="The created timers, in the order of the request")
 
 
-class FireOut(BaseModel):
-    fire_id: str
-    scheduled_at: str
-    enqueued_at: str | None
+class FireOut(_Out):
+    fire_id: str = Field(description="<timer id>:<due epoch ms>")
+    scheduled_at: Timestamp
+    enqueued_at: Timestamp | None
     lag_ms: int | None
-    status: Literal["enqueued", "pending", "failed"]
-    reason: str | None = None
+    status: FireStatus
+    reason: str | None = Field(None, description="Why a fire failed; null otherwise")
 
 
-class FireList(BaseModel):
+class FireList(_Out):
     items: list[FireOut]
     next_cursor: str | None
 
 
-class PreviewOut(BaseModel):
-    fire_times: list[str]
+class PreviewOut(_Out):
+    fire_times: list[Timestamp]
 
 
-class TenantOut(BaseModel):
+class TenantOut(_Out):
     tenant: str
     callback_queue_url: str
     retention_days: int = Field(description="How long completed timers and fires stay readable")
 
 
-class ErrorDetail(BaseModel):
-    field: str
+class HealthOut(_Out):
+    status: Literal["ok"]
+
+
+class ErrorDetail(_Out):
+    field: str = Field(description="Dotted path of the offending input (schedule.expression)")
     message: str
 
 
-class ErrorBody(BaseModel):
-    code: str
+class ErrorBody(_Out):
+    code: str = Field(
+        description="validation_error, unauthorized, not_found, method_not_allowed, "
+        "idempotency_conflict, invalid_state, concurrent_update, payload_too_large, "
+        "unsupported_media_type, rate_limited"
+    )
     message: str
     details: list[ErrorDetail]
 
 
-class ErrorOut(BaseModel):
+class ErrorOut(_Out):
     error: ErrorBody
 
 
