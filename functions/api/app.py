@@ -19,12 +19,12 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Route
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.openapi import swagger_ui
 from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestUnsupportedContentType,
     RequestValidationError,
 )
 from aws_lambda_powertools.event_handler.openapi.models import APIKey, OpenAPI
-from aws_lambda_powertools.event_handler.openapi import swagger_ui
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
@@ -201,11 +201,15 @@ def create_timers(
 
 @app.get(
     "/v1/timers",
-    responses={**ok(200, "A page of the tenant's timers, by id", m.TimerList),
-               **errors(*KEYED, 400)},  # fmt: skip
+    responses={
+        **ok(200, "A page of the tenant's timers, by id", m.TimerList),
+        **errors(*KEYED, 400),
+    },
     summary="List timers",
 )
-def list_timers(status: StatusFilter = None, limit: Limit = 50, cursor: Cursor = None) -> m.TimerList:
+def list_timers(
+    status: StatusFilter = None, limit: Limit = 50, cursor: Cursor = None
+) -> m.TimerList:
     return m.TimerList(**runtime().service.list(tenant(), status, limit, cursor))
 
 
@@ -231,8 +235,10 @@ def patch_timer(timer_id: str, body: m.TimerPatch) -> m.TimerOut:
 
 @app.delete(
     "/v1/timers/<timer_id>",
-    responses={**ok(204, "Cancelled: it never fires again; a later GET is 404"),
-               **errors(*ONE_TIMER, 409)},  # fmt: skip
+    responses={
+        **ok(204, "Cancelled: it never fires again; a later GET is 404"),
+        **errors(*ONE_TIMER, 409),
+    },
     summary="Cancel a timer: it never fires again",
 )
 def delete_timer(timer_id: str) -> Response[None]:
@@ -260,8 +266,7 @@ def resume_timer(timer_id: str) -> m.TimerOut:
 
 @app.get(
     "/v1/timers/<timer_id>/fires",
-    responses={**ok(200, "A page of the timer's fires", m.FireList),
-               **errors(*ONE_TIMER, 400)},  # fmt: skip
+    responses={**ok(200, "A page of the timer's fires", m.FireList), **errors(*ONE_TIMER, 400)},
     summary="A timer's fires, newest first",
 )
 def list_fires(timer_id: str, limit: Limit = 50, cursor: Cursor = None) -> m.FireList:
