@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, StrictInt
 
 from timers.core import schedule as sched
-from timers.core.errors import FieldError, InvalidInput
+from timers.core.errors import InvalidInput
 from timers.core.schedule import Plan
 from timers.core.times import parse_ms
 from timers.service import TimerSpec
@@ -78,17 +78,27 @@ class TimerBatchIn(_Strict):
     timers: Annotated[list[TimerCreate], Field(min_length=1, max_length=100)]
 
 
+def _absent(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)  # an absent field is left as it is, not set to a default
+
+
+# Optional but never null: a PATCH without it keeps the timer's value; null is a 400.
+_KEEP: Any = Field(None, json_schema_extra=_absent)
+
+
 class TimerPatch(_Strict):
-    """Only the fields present are changed; ``null`` clears an optional field."""
+    """Only the fields present are changed; ``null`` clears an optional field (``name``,
+    ``start_at``, ``end_at``, ``max_fires``, ``target``, ``payload``); ``schedule`` and
+    ``misfire`` cannot be null."""
 
     name: Annotated[str, Field(max_length=256)] | None = None
-    schedule: ScheduleIn | None = None
+    schedule: ScheduleIn = _KEEP
     start_at: Rfc3339 | None = None
     end_at: Rfc3339 | None = None
     max_fires: Annotated[StrictInt, Field(ge=1)] | None = None
     target: TargetIn | None = None
     payload: JsonValue = None
-    misfire: MisfireIn | None = None
+    misfire: MisfireIn = _KEEP
 
 
 class PreviewIn(_Strict):
@@ -261,8 +271,6 @@ def to_changes(body: TimerPatch, payload_json: str | None) -> dict[str, Any]:
     for name in body.model_fields_set:
         value = getattr(body, name)
         if name == "schedule":
-            if value is None:
-                raise InvalidInput("schedule cannot be null", [FieldError("schedule", "required")])
             changes["schedule"] = _schedule(value)
         elif name in _PATCH_FIELDS:
             changes[_PATCH_FIELDS[name]] = _ms(value)
@@ -270,10 +278,6 @@ def to_changes(body: TimerPatch, payload_json: str | None) -> dict[str, Any]:
             changes["target_queue_url"] = value.queue_url if value else None
         elif name == "payload":
             changes["payload_json"] = payload_json
-        elif name == "misfire":
-            if value is None:
-                raise InvalidInput("misfire cannot be null", [FieldError("misfire", "required")])
-            changes["misfire"] = value
         else:
             changes[name] = value
     return changes
