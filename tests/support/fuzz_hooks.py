@@ -1,0 +1,26 @@
+"""schemathesis hooks for ``tests/e2e/test_fuzz.py`` (loaded through ``SCHEMATHESIS_HOOKS``).
+
+After every answer has been checked, a timer the fuzzer created is deleted, so the stack is
+not left firing a fuzzer's ``every 1 s`` timers while the rest of the suite runs on it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import requests
+import schemathesis
+
+_http = requests.Session()
+
+
+@schemathesis.hook
+def after_validate(context: Any, case: Any, response: Any, results: Any) -> None:
+    if response.status_code != 201:
+        return
+    api, key = os.environ["FUZZ_API"], os.environ["FUZZ_API_KEY"]
+    body = response.json()
+    for timer in body.get("items", [body]):
+        gone = _http.delete(f"{api}/timers/{timer['id']}", headers={"x-api-key": key}, timeout=30)
+        assert gone.status_code == 204, gone.text
