@@ -337,6 +337,7 @@ DOCS_HTML = """<!DOCTYPE html>
 <head>
   <meta charset="utf-8">
   <title>Timer service API</title>
+  <link rel="icon" href="data:,">
   <link rel="stylesheet" href="docs/swagger-ui.css">
 </head>
 <body>
@@ -350,6 +351,7 @@ DOCS_HTML = """<!DOCTYPE html>
       docExpansion: "list",
       layout: "BaseLayout",
       presets: [SwaggerUIBundle.presets.apis],
+      validatorUrl: null,  // no badge from validator.swagger.io: the page works offline
     });
   </script>
 </body>
