@@ -1,7 +1,8 @@
 """schemathesis hooks for ``tests/e2e/test_fuzz.py`` (loaded through ``SCHEMATHESIS_HOOKS``).
 
-After every answer has been checked, a timer the fuzzer created is deleted, so the stack is
-not left firing a fuzzer's ``every 1 s`` timers while the rest of the suite runs on it.
+After every call, a timer the fuzzer created is deleted (its answer, already received, is
+checked as it came), so the stack is not left firing a fuzzer's ``every 1 s`` timers while
+the rest of the suite runs on it. (``after_validate`` is not called in every phase.)
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ _http = requests.Session()
 
 
 @schemathesis.hook
-def after_validate(context: Any, case: Any, response: Any, results: Any) -> None:
+def after_call(context: Any, case: Any, response: Any) -> None:
     if response.status_code != 201:
         return
     api, key = os.environ["FUZZ_API"], os.environ["FUZZ_API_KEY"]
