@@ -12,18 +12,20 @@ import base64
 import json
 from functools import cache
 from http import HTTPStatus
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.event_handler.api_gateway import Route
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.openapi import swagger_ui
 from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestUnsupportedContentType,
     RequestValidationError,
 )
 from aws_lambda_powertools.event_handler.openapi.models import APIKey, OpenAPI
-from aws_lambda_powertools.event_handler.openapi.params import Query
+from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -31,7 +33,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from timers import http_models as m
 from timers.adapters.tenants import Tenant, summary
 from timers.core.errors import DomainError, FieldError, PayloadTooLarge, RateLimited, Unauthorized
-from timers.core.timer import STATUSES, serialize_payload
+from timers.core.timer import serialize_payload
 from timers.runtime import DAY_MS, Runtime, build_runtime
 
 logger = Logger()
@@ -40,21 +42,52 @@ metrics = Metrics()
 app = APIGatewayHttpResolver(enable_validation=True)
 
 BODY_LIMIT_BYTES = 256 * 1024
-PUBLIC_PATHS = frozenset({"/v1/health", "/v1/openapi.json"})
-StatusFilter = Annotated[str | None, Query(description="active | paused | completed")]
-Limit = Annotated[int, Query(ge=1, le=100)]
+RETRY_AFTER_S = 1  # the rate limiter's window is one second (timers.adapters.ratelimit)
+DOCS_ASSETS = {  # Swagger UI, as the aws-lambda-powertools package ships it (offline)
+    "/v1/docs/swagger-ui-bundle.js": ("swagger-ui-bundle.min.js", "application/javascript"),
+    "/v1/docs/swagger-ui.css": ("swagger-ui.min.css", "text/css"),
+}
+PUBLIC_PATHS = frozenset({"/v1/health", "/v1/openapi.json", "/v1/docs", *DOCS_ASSETS})
+StatusFilter = Annotated[
+    Literal["active", "paused", "completed"] | None,
+    Query(description="Only timers in this status"),
+]
+Limit = Annotated[int, Query(ge=1, le=100, description="Page size")]
+Cursor = Annotated[
+    str | None, Query(max_length=2048, description="`next_cursor` of the previous page")
+]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=256,
+        description="The same key and body within 24 h return the first response, create nothing",
+    ),
+]
 _ERROR_CONTENT = {"application/json": {"model": m.ErrorOut}}
 _WHEN = {
     400: "validation_error: malformed JSON, unknown fields, bad values; `details` names each field",
     401: "unauthorized: missing or unknown x-api-key",
-    404: "not_found: no such timer for this tenant, or no such route",
+    404: "not_found: no such timer for this tenant",
     405: "method_not_allowed: the path does not serve this method; `Allow` lists those it does",
-    409: "idempotency_conflict or invalid_state",
+    409: "invalid_state (pause/resume of a completed timer), concurrent_update (the timer kept "
+    "changing under the request: retry)",
     413: "payload_too_large: payload over 64 KiB or request body over 256 KiB",
     415: "unsupported_media_type: the body is not sent as JSON (Content-Type: application/json)",
-    429: "rate_limited: the tenant is over its request rate",
+    429: "rate_limited: the tenant is over its request rate; retry after `Retry-After` seconds. "
+    "(Over the stage-wide safety throttle, API Gateway itself answers 429 "
+    '`{"message":"Too Many Requests"}`.)',
 }
-_ALLOW = {"Allow": {"description": "The methods this path serves", "schema": {"type": "string"}}}
+_HEADERS: dict[int, dict[str, Any]] = {
+    405: {"Allow": {"description": "The methods this path serves", "schema": {"type": "string"}}},
+    429: {
+        "Retry-After": {
+            "description": "Seconds until the tenant's rate window reopens",
+            "schema": {"type": "integer", "minimum": 1},
+        }
+    },
+}
 
 
 def errors(*statuses: int) -> dict[int, Any]:
@@ -63,15 +96,23 @@ def errors(*statuses: int) -> dict[int, Any]:
         status: {
             "description": _WHEN[status],
             "content": _ERROR_CONTENT,
-            **({"headers": _ALLOW} if status == 405 else {}),
+            **({"headers": _HEADERS[status]} if status in _HEADERS else {}),
         }
         for status in statuses
     }
 
 
-# Every operation: 405 for the other methods of its path. Operations that take a JSON body: 415.
-ERRORS = errors(400, 401, 404, 405, 409, 413, 429)
-BODY_ERRORS = errors(400, 401, 404, 405, 409, 413, 415, 429)
+def ok(status: int, description: str, model: type | None = None, **more: Any) -> dict[int, Any]:
+    """The success response of an operation (no body when ``model`` is None: 204)."""
+    content = {} if model is None else {"content": {"application/json": {"model": model}}}
+    return {status: {"description": description, **content, **more}}
+
+
+# Which errors each kind of route can give. Every route: 405 for the other methods of its
+# path; a route that needs a key: 401 and 429; a route that takes a JSON body: 400, 413 and 415.
+KEYED = (401, 405, 429)
+BODY = (*KEYED, 400, 413, 415)
+ONE_TIMER = (*KEYED, 404)
 
 
 @cache
@@ -88,9 +129,14 @@ def tenant() -> Tenant:
 # ---------------------------------------------------------------- routes
 
 
-@app.get("/v1/health", summary="Liveness", security=[], responses=errors(405))
-def health() -> dict[str, str]:
-    return {"status": "ok"}
+@app.get(
+    "/v1/health",
+    summary="Liveness",
+    security=[],
+    responses={**ok(200, "The service answers", m.HealthOut), **errors(405)},
+)
+def health() -> m.HealthOut:
+    return m.HealthOut(status="ok")
 
 
 @app.get(
@@ -99,7 +145,7 @@ def health() -> dict[str, str]:
     security=[],
     responses={
         200: {
-            "description": "The OpenAPI 3 document, generated from the code",
+            "description": "The OpenAPI 3.1 document, generated from the code",
             "content": {"application/json": {"schema": {"type": "object"}}},
         },
         **errors(405),
@@ -113,50 +159,72 @@ def openapi() -> Response[str]:
     )
 
 
-@app.get("/v1/tenant", responses=ERRORS, summary="Who am I")
+@app.get("/v1/tenant", responses={**ok(200, "The caller's tenant", m.TenantOut), **errors(*KEYED)},
+         summary="Who am I")  # fmt: skip
 def who_am_i() -> m.TenantOut:
     retention_days = runtime().service.retention_ms // DAY_MS
     return m.TenantOut(**summary(tenant()), retention_days=retention_days)
 
 
-@app.post("/v1/timers", responses=BODY_ERRORS, summary="Create a timer")
-def create_timer(body: m.TimerCreate) -> Response[m.TimerOut]:
-    key = app.current_event.headers.get("Idempotency-Key")
+@app.post(
+    "/v1/timers",
+    responses={
+        **ok(201, "The timer (or, for a repeated Idempotency-Key, the first one)", m.TimerOut),
+        **errors(*BODY, 409),
+    },
+    summary="Create a timer",
+)
+def create_timer(
+    body: m.TimerCreate, idempotency_key: IdempotencyKey = None
+) -> Response[m.TimerOut]:
     spec = m.to_spec(body, serialize_payload(body.payload))
-    view = runtime().service.create(tenant(), spec, key or None)
+    view = runtime().service.create(tenant(), spec, idempotency_key)
     return _json(HTTPStatus.CREATED, view)
 
 
 @app.post(
     "/v1/timers:batch",
-    responses=BODY_ERRORS,
+    responses={
+        **ok(201, "The timers, in the order of the request", m.TimerBatchOut),
+        **errors(*BODY, 409),
+    },
     summary="Create up to 100 timers at once, all or nothing",
 )
-def create_timers(body: m.TimerBatchIn) -> Response[m.TimerBatchOut]:
-    key = app.current_event.headers.get("Idempotency-Key")
+def create_timers(
+    body: m.TimerBatchIn, idempotency_key: IdempotencyKey = None
+) -> Response[m.TimerBatchOut]:
     specs = [m.to_spec(t, serialize_payload(t.payload, f"timers[{i}].payload"))
              for i, t in enumerate(body.timers)]  # fmt: skip
-    views = runtime().service.create_batch(tenant(), specs, key or None)
+    views = runtime().service.create_batch(tenant(), specs, idempotency_key)
     return _json(HTTPStatus.CREATED, {"items": views})
 
 
-@app.get("/v1/timers", responses=ERRORS, summary="List timers")
+@app.get(
+    "/v1/timers",
+    responses={
+        **ok(200, "A page of the tenant's timers, by id", m.TimerList),
+        **errors(*KEYED, 400),
+    },
+    summary="List timers",
+)
 def list_timers(
-    status: StatusFilter = None, limit: Limit = 50, cursor: Annotated[str | None, Query()] = None
+    status: StatusFilter = None, limit: Limit = 50, cursor: Cursor = None
 ) -> m.TimerList:
-    if status is not None and status not in STATUSES:
-        raise m.InvalidInput("invalid status", [FieldError("status", f"one of {STATUSES}")])
     return m.TimerList(**runtime().service.list(tenant(), status, limit, cursor))
 
 
-@app.get("/v1/timers/<timer_id>", responses=ERRORS, summary="Get a timer")
+@app.get(
+    "/v1/timers/<timer_id>",
+    responses={**ok(200, "The timer", m.TimerOut), **errors(*ONE_TIMER)},
+    summary="Get a timer",
+)
 def get_timer(timer_id: str) -> m.TimerOut:
     return m.TimerOut(**runtime().service.get(tenant(), timer_id))
 
 
 @app.patch(
     "/v1/timers/<timer_id>",
-    responses=BODY_ERRORS,
+    responses={**ok(200, "The changed timer", m.TimerOut), **errors(*BODY, 404, 409)},
     summary="Update a timer; its next fire is recomputed",
 )
 def patch_timer(timer_id: str, body: m.TimerPatch) -> m.TimerOut:
@@ -166,42 +234,129 @@ def patch_timer(timer_id: str, body: m.TimerPatch) -> m.TimerOut:
 
 
 @app.delete(
-    "/v1/timers/<timer_id>", responses=ERRORS, summary="Cancel a timer: it never fires again"
+    "/v1/timers/<timer_id>",
+    responses={
+        **ok(204, "Cancelled: it never fires again; a later GET is 404"),
+        **errors(*ONE_TIMER, 409),
+    },
+    summary="Cancel a timer: it never fires again",
 )
 def delete_timer(timer_id: str) -> Response[None]:
     runtime().service.delete(tenant(), timer_id)
     return Response(status_code=HTTPStatus.NO_CONTENT, body=None)
 
 
-@app.post("/v1/timers/<timer_id>/pause", responses=ERRORS, summary="Pause: no fires while paused")
+@app.post(
+    "/v1/timers/<timer_id>/pause",
+    responses={**ok(200, "The timer, paused", m.TimerOut), **errors(*ONE_TIMER, 409)},
+    summary="Pause: no fires while paused",
+)
 def pause_timer(timer_id: str) -> m.TimerOut:
     return m.TimerOut(**runtime().service.pause(tenant(), timer_id))
 
 
 @app.post(
     "/v1/timers/<timer_id>/resume",
-    responses=ERRORS,
+    responses={**ok(200, "The timer, active", m.TimerOut), **errors(*ONE_TIMER, 409)},
     summary="Resume; missed fires follow `misfire`",
 )
 def resume_timer(timer_id: str) -> m.TimerOut:
     return m.TimerOut(**runtime().service.resume(tenant(), timer_id))
 
 
-@app.get("/v1/timers/<timer_id>/fires", responses=ERRORS, summary="A timer's fires, newest first")
-def list_fires(
-    timer_id: str, limit: Limit = 50, cursor: Annotated[str | None, Query()] = None
-) -> m.FireList:
+@app.get(
+    "/v1/timers/<timer_id>/fires",
+    responses={**ok(200, "A page of the timer's fires", m.FireList), **errors(*ONE_TIMER, 400)},
+    summary="A timer's fires, newest first",
+)
+def list_fires(timer_id: str, limit: Limit = 50, cursor: Cursor = None) -> m.FireList:
     return m.FireList(**runtime().service.fire_history(tenant(), timer_id, limit, cursor))
 
 
 @app.post(
     "/v1/schedule-preview",
-    responses=BODY_ERRORS,
+    responses={**ok(200, "The next fire times", m.PreviewOut), **errors(*BODY)},
     summary="The next fire times of a schedule; creates nothing",
 )
 def schedule_preview(body: m.PreviewIn) -> m.PreviewOut:
     service = runtime().service
     return m.PreviewOut(**service.preview(m.to_plan(body, service.clock()), body.count))
+
+
+# ---------------------------------------------------------------- the docs page (no key)
+
+
+@app.get(
+    "/v1/docs",
+    summary="This API as an interactive page (Swagger UI)",
+    security=[],
+    tags=["docs"],
+    responses={
+        200: {"description": "HTML", "content": {"text/html": {"schema": {"type": "string"}}}},
+        **errors(405),
+    },
+)
+def docs_page() -> Response[str]:
+    return Response(status_code=200, content_type="text/html; charset=utf-8", body=DOCS_HTML,
+                    headers={"Cache-Control": "no-cache"})  # fmt: skip
+
+
+def _asset_route(path: str) -> None:
+    filename, media = DOCS_ASSETS[path]
+
+    @app.get(
+        path,
+        summary=f"The docs page's {filename}",
+        security=[],
+        tags=["docs"],
+        compress=True,
+        responses={
+            200: {"description": filename, "content": {media: {"schema": {"type": "string"}}}},
+            **errors(405),
+        },
+    )
+    def asset() -> Response[str]:
+        return Response(status_code=200, content_type=media, body=_asset(filename),
+                        headers={"Cache-Control": "public, max-age=86400"})  # fmt: skip
+
+    asset.__name__ = "docs_" + filename.split(".")[0].replace("-", "_")
+
+
+for _path in DOCS_ASSETS:
+    _asset_route(_path)
+
+
+@cache
+def _asset(filename: str) -> str:
+    return (SWAGGER_UI_DIR / filename).read_text(encoding="utf-8")
+
+
+SWAGGER_UI_DIR = Path(swagger_ui.__file__).parent
+DOCS_HTML = """<!DOCTYPE html>
+<html lang="en">
+<head>
+  <meta charset="utf-8">
+  <title>Timer service API</title>
+  <link rel="icon" href="data:,">
+  <link rel="stylesheet" href="docs/swagger-ui.css">
+</head>
+<body>
+  <div id="swagger-ui">Loading...</div>
+  <script src="docs/swagger-ui-bundle.js"></script>
+  <script>
+    window.ui = SwaggerUIBundle({
+      url: "openapi.json",
+      dom_id: "#swagger-ui",
+      deepLinking: true,
+      docExpansion: "list",
+      layout: "BaseLayout",
+      presets: [SwaggerUIBundle.presets.apis],
+      validatorUrl: null,  // no badge from validator.swagger.io: the page works offline
+    });
+  </script>
+</body>
+</html>
+"""
 
 
 # ---------------------------------------------------------------- errors, in one place
@@ -226,7 +381,10 @@ def error_response(
 
 @app.exception_handler(DomainError)
 def domain_error(exc: DomainError) -> Response[Any]:
-    return error_response(exc.status, exc.code, exc.message, exc.details)
+    response = error_response(exc.status, exc.code, exc.message, exc.details)
+    if isinstance(exc, RateLimited):
+        response.headers["Retry-After"] = str(RETRY_AFTER_S)
+    return response
 
 
 @app.exception_handler(RequestValidationError)
@@ -320,7 +478,26 @@ def openapi_schema() -> OpenAPI:
     for path in PUBLIC_PATHS:  # the framework drops an operation's empty security list
         if schema.paths and (item := schema.paths.get(path)) and item.get:
             item.get.security = []
-    return schema
+    return _declared_only(schema)
+
+
+def _declared_only(schema: OpenAPI) -> OpenAPI:
+    """What the API answers and nothing else. The framework adds a 422 to every operation
+    (its validation error), which this API never sends: request_invalid answers 400. It also
+    gives a response without ``content`` the return type's, which a 204 does not have."""
+    data = schema.model_dump(by_alias=True, exclude_none=True)
+    for item in data.get("paths", {}).values():
+        for operation in item.values():
+            responses = operation["responses"]
+            responses.pop("422", None)
+            responses.pop(422, None)
+            for status, response in responses.items():
+                if int(status) == 204:
+                    response.pop("content", None)
+    schemas = data.get("components", {}).get("schemas", {})
+    for unused in ("HTTPValidationError", "ValidationError", "ResponseValidationError"):
+        schemas.pop(unused, None)
+    return OpenAPI.model_validate(data)
 
 
 @cache
@@ -367,15 +544,9 @@ def _raw_body(event: dict[str, Any]) -> bytes:
 
 
 def _preflight(event: dict[str, Any]) -> Response[Any] | dict[str, Any]:
-    """Checks that come before the handler and body validation: size, encoding, route and
-    method, key, rate, content type. A rejection, or the event to resolve."""
-    raw = _raw_body(event)
-    if len(raw) > BODY_LIMIT_BYTES:
-        return domain_error(PayloadTooLarge(f"request body is over {BODY_LIMIT_BYTES} bytes"))
-    try:
-        raw.decode()
-    except UnicodeDecodeError:  # JSON is UTF-8; anything else is malformed, not a crash
-        return domain_error(m.InvalidInput("malformed JSON", [FieldError("body", "not UTF-8")]))
+    """Checks that come before the handler and body validation: route and method, key, rate,
+    then - on the routes that take a body - size, encoding and content type. A rejection, or
+    the event to resolve. Routes without a body ignore one, whatever it is."""
     request = APIGatewayProxyEventV2(event)
     method, path = request.http_method.upper(), request.path
     methods = route_methods(path)
@@ -389,8 +560,17 @@ def _preflight(event: dict[str, Any]) -> Response[Any] | dict[str, Any]:
             return domain_error(RateLimited("tenant request rate exceeded; retry shortly"))
         app.append_context(tenant=caller)
         logger.append_keys(tenant=caller.name)
+    if not methods[method].dependant.body_params:
+        return event
+    raw = _raw_body(event)
+    if len(raw) > BODY_LIMIT_BYTES:
+        return domain_error(PayloadTooLarge(f"request body is over {BODY_LIMIT_BYTES} bytes"))
+    try:
+        raw.decode()
+    except UnicodeDecodeError:  # JSON is UTF-8; anything else is malformed, not a crash
+        return domain_error(m.InvalidInput("malformed JSON", [FieldError("body", "not UTF-8")]))
     content_type = request.headers.get("content-type")
-    if content_type and methods[method].dependant.body_params:  # it takes a JSON body
+    if content_type:
         if not is_json(content_type):
             return _unsupported_media_type(content_type)
         # Accepted as JSON; the framework parses only a literal application/json as JSON.

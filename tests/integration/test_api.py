@@ -192,6 +192,8 @@ def bad(**overrides: Any) -> dict[str, Any]:
         (bad(name="x" * 257), "name"),
         (bad(misfire="sometimes"), "misfire"),
         (bad(start_at="2026-11-22T00:00:00Z", end_at="2026-11-21T12:00:00Z"), "end_at"),
+        (bad(start_at="9999-12-31T23:59:59Z"), "start_at"),  # found by fuzzing: was a 500
+        (bad(end_at="0001-01-01T00:00:00+01:00"), "end_at"),  # year 0
         (bad(target={"queue_url": 5}), "target.queue_url"),
         (
             bad(target={"queue_url": "https://sqs.us-east-1.amazonaws.com/1/elsewhere"}),
@@ -519,6 +521,14 @@ def test_bad_patch_is_400_and_changes_nothing(api: Api, body: dict[str, Any], fi
     assert api.call("GET", f"/v1/timers/{timer['id']}").body == timer
 
 
+def test_times_before_the_year_1000_keep_four_digit_years(api: Api) -> None:
+    # Found by fuzzing: start_at 0605-08-21 came back as "605-08-21T...", not RFC 3339.
+    body = {"schedule": {"type": "every", "seconds": 60}, "start_at": "0605-08-21T21:11:51Z"}
+    reply = api.call("POST", "/v1/timers", body=body)
+    assert reply.status == 201, reply.body
+    assert reply.body["start_at"] == "0605-08-21T21:11:51.000Z"
+
+
 def test_pause_and_resume(api: Api) -> None:
     timer = api.create(schedule={"type": "every", "seconds": 60}, misfire="skip")
     paused = api.call("POST", f"/v1/timers/{timer['id']}/pause").body
@@ -701,6 +711,18 @@ def test_schedule_preview_returns_the_cores_times_and_creates_nothing(api: Api) 
         ({"schedule": {"type": "every", "seconds": 60}, "count": 0}, "count"),
         ({"schedule": {"type": "every", "seconds": 60}, "count": 101}, "count"),
         ({"schedule": {"type": "cron", "expression": "0 0 30 2 *"}}, "schedule"),
+        # found by fuzzing: searches past the year 9999 were 500s
+        (
+            {"schedule": {"type": "every", "seconds": 1}, "start_at": "9999-12-31T23:59:59Z"},
+            "start_at",
+        ),
+        (
+            {
+                "schedule": {"type": "cron", "expression": "0 0 29 2 *"},
+                "start_at": "9998-03-01T00:00:00Z",
+            },
+            "schedule",
+        ),
     ],
 )
 def test_bad_preview_is_400(api: Api, body: dict[str, Any], field: str) -> None:

@@ -364,6 +364,12 @@ VALIDATIONS = [
     ("bad cron", cron("61 * * * *"), ["schedule.expression"]),
     ("bad zone", cron("* * * * *", "Nowhere/Land"), ["schedule.timezone"]),
     ("several at once", one_shot(AtSchedule(T0 - HOUR), max_fires=0), ["schedule.at", "max_fires"]),
+    # Found by fuzzing: bounds past the year 9998 crashed the formatter (500), and so did
+    # occurrences a schedule would only reach there.
+    ("start past 9998", every(60, start_ms=ms("9999-06-01T00:00:00Z")), ["start_at"]),
+    ("end before year 1", every(60, end_ms=ms("0001-01-01T00:00:00Z")), ["end_at"]),
+    ("every past 9998", every(86_400, start_ms=ms("9998-12-30T12:00:00Z")), []),
+    ("cron past 9998", cron("0 0 29 2 *", start_ms=ms("9998-03-01T00:00:00Z")), ["schedule"]),
 ]
 
 
@@ -374,6 +380,15 @@ def test_validate_plan(plan: Plan, fields: list[str]) -> None:
     errors = validate_plan(plan, now_ms=T0)
     assert [e.field for e in errors] == fields
     assert all(e.message for e in errors)
+
+
+def test_occurrences_stop_at_the_end_of_the_year_9998_and_format_with_four_digit_years() -> None:
+    last_day = every(86_400, start_ms=ms("9998-12-29T00:00:00Z"))
+    assert iso(preview(last_day, 10)) == ["9998-12-29T00:00:00.000Z", "9998-12-30T00:00:00.000Z",
+                                          "9998-12-31T00:00:00.000Z"]  # fmt: skip
+    assert next_fire(cron("0 0 29 2 *"), ms("9998-03-01T00:00:00Z")) is None
+    early = one_shot(AtSchedule(ms("0605-08-21T21:11:51Z")))
+    assert iso(preview(early, 1)) == ["0605-08-21T21:11:51.000Z"]
 
 
 # --------------------------------------------------------------------------- catch-up

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, StrictInt
 
 from timers.core import schedule as sched
-from timers.core.errors import FieldError, InvalidInput
+from timers.core.errors import InvalidInput
 from timers.core.schedule import Plan
 from timers.core.times import parse_ms
 from timers.service import TimerSpec
@@ -78,17 +78,27 @@ class TimerBatchIn(_Strict):
     timers: Annotated[list[TimerCreate], Field(min_length=1, max_length=100)]
 
 
+def _absent(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)  # an absent field is left as it is, not set to a default
+
+
+# Optional but never null: a PATCH without it keeps the timer's value; null is a 400.
+_KEEP: Any = Field(None, json_schema_extra=_absent)
+
+
 class TimerPatch(_Strict):
-    """Only the fields present are changed; ``null`` clears an optional field."""
+    """Only the fields present are changed; ``null`` clears an optional field (``name``,
+    ``start_at``, ``end_at``, ``max_fires``, ``target``, ``payload``); ``schedule`` and
+    ``misfire`` cannot be null."""
 
     name: Annotated[str, Field(max_length=256)] | None = None
-    schedule: ScheduleIn | None = None
+    schedule: ScheduleIn = _KEEP
     start_at: Rfc3339 | None = None
     end_at: Rfc3339 | None = None
     max_fires: Annotated[StrictInt, Field(ge=1)] | None = None
     target: TargetIn | None = None
     payload: JsonValue = None
-    misfire: MisfireIn | None = None
+    misfire: MisfireIn = _KEEP
 
 
 class PreviewIn(_Strict):
@@ -99,74 +109,129 @@ class PreviewIn(_Strict):
     count: Annotated[StrictInt, Field(ge=1, le=100)] = 10
 
 
-# ---------------------------------------------------------------- responses (documentation)
+# ---------------------------------------------------------------- responses
+# What the API answers, exactly: every field is always present (null where the contract says
+# so) and no other field appears, so the document says "required" and "no additional
+# properties" and the fuzz test (tests/e2e/test_fuzz.py) holds every answer to it.
 
 
-class TimerOut(BaseModel):
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_serialization_defaults_required=True)
+
+
+Timestamp = Annotated[
+    str,
+    Field(
+        json_schema_extra={"format": "date-time"},
+        description="RFC 3339, UTC, milliseconds",
+        examples=["2026-11-21T10:00:00.000Z"],
+    ),
+]
+TimerStatus = Literal["active", "paused", "completed"]
+FireStatus = Literal["enqueued", "pending", "failed"]
+
+
+class AtOut(_Out):
+    type: Literal["at"]
+    at: Timestamp
+
+
+class AfterOut(_Out):
+    type: Literal["after"]
+    seconds: float
+
+
+class CronOut(_Out):
+    type: Literal["cron"]
+    expression: str
+    timezone: str
+
+
+class EveryOut(_Out):
+    type: Literal["every"]
+    seconds: float
+
+
+ScheduleOut = Annotated[AtOut | AfterOut | CronOut | EveryOut, Field(discriminator="type")]
+
+
+class TargetOut(_Out):
+    queue_url: str
+
+
+class TimerOut(_Out):
     id: str
     name: str | None
-    schedule: dict[str, Any]
-    start_at: str | None
-    end_at: str | None
+    schedule: ScheduleOut
+    start_at: Timestamp | None
+    end_at: Timestamp | None
     max_fires: int | None
-    target: dict[str, str]
+    target: TargetOut
     payload: JsonValue
     misfire: MisfireIn
-    status: Literal["active", "paused", "completed"]
-    next_fire_at: str | None
+    status: TimerStatus
+    next_fire_at: Timestamp | None
     fire_count: int
-    created_at: str
-    updated_at: str
-    expires_at: str | None = Field(
+    created_at: Timestamp
+    updated_at: Timestamp
+    expires_at: Timestamp | None = Field(
         None, description="A completed timer is deleted then, with its fire history"
     )
 
 
-class TimerList(BaseModel):
+class TimerList(_Out):
     items: list[TimerOut]
-    next_cursor: str | None
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null: last")
 
 
-class TimerBatchOut(BaseModel):
-    items: list[TimerOut]
+class TimerBatchOut(_Out):
+    items: list[TimerOut] = Field(description="The created timers, in the order of the request")
 
 
-class FireOut(BaseModel):
-    fire_id: str
-    scheduled_at: str
-    enqueued_at: str | None
+class FireOut(_Out):
+    fire_id: str = Field(description="<timer id>:<due epoch ms>")
+    scheduled_at: Timestamp
+    enqueued_at: Timestamp | None
     lag_ms: int | None
-    status: Literal["enqueued", "pending", "failed"]
-    reason: str | None = None
+    status: FireStatus
+    reason: str | None = Field(None, description="Why a fire failed; null otherwise")
 
 
-class FireList(BaseModel):
+class FireList(_Out):
     items: list[FireOut]
     next_cursor: str | None
 
 
-class PreviewOut(BaseModel):
-    fire_times: list[str]
+class PreviewOut(_Out):
+    fire_times: list[Timestamp]
 
 
-class TenantOut(BaseModel):
+class TenantOut(_Out):
     tenant: str
     callback_queue_url: str
     retention_days: int = Field(description="How long completed timers and fires stay readable")
 
 
-class ErrorDetail(BaseModel):
-    field: str
+class HealthOut(_Out):
+    status: Literal["ok"]
+
+
+class ErrorDetail(_Out):
+    field: str = Field(description="Dotted path of the offending input (schedule.expression)")
     message: str
 
 
-class ErrorBody(BaseModel):
-    code: str
+class ErrorBody(_Out):
+    code: str = Field(
+        description="validation_error, unauthorized, not_found, method_not_allowed, "
+        "idempotency_conflict, invalid_state, concurrent_update, payload_too_large, "
+        "unsupported_media_type, rate_limited"
+    )
     message: str
     details: list[ErrorDetail]
 
 
-class ErrorOut(BaseModel):
+class ErrorOut(_Out):
     error: ErrorBody
 
 
@@ -206,8 +271,6 @@ def to_changes(body: TimerPatch, payload_json: str | None) -> dict[str, Any]:
     for name in body.model_fields_set:
         value = getattr(body, name)
         if name == "schedule":
-            if value is None:
-                raise InvalidInput("schedule cannot be null", [FieldError("schedule", "required")])
             changes["schedule"] = _schedule(value)
         elif name in _PATCH_FIELDS:
             changes[_PATCH_FIELDS[name]] = _ms(value)
@@ -215,10 +278,6 @@ def to_changes(body: TimerPatch, payload_json: str | None) -> dict[str, Any]:
             changes["target_queue_url"] = value.queue_url if value else None
         elif name == "payload":
             changes["payload_json"] = payload_json
-        elif name == "misfire":
-            if value is None:
-                raise InvalidInput("misfire cannot be null", [FieldError("misfire", "required")])
-            changes["misfire"] = value
         else:
             changes[name] = value
     return changes

@@ -303,9 +303,12 @@ def _timezone_error(name: str) -> str | None:
 def validate_plan(plan: Plan, now_ms: int) -> list[FieldError]:
     """Semantic checks of a whole plan at request time ``now_ms``; empty when it is fine."""
     errors = _schedule_errors(plan.schedule)
+    s, start, end = plan.schedule, plan.start_ms, plan.end_ms
+    for name, bound in (("start_at", start), ("end_at", end)):
+        if bound is not None and not _MIN_MS <= bound <= _MAX_MS:
+            errors.append(FieldError(name, "out of range: years 0001 to 9998"))
     if errors:
         return errors  # occurrences of a malformed schedule are meaningless
-    s, start, end = plan.schedule, plan.start_ms, plan.end_ms
     if isinstance(s, AtSchedule) and s.at_ms < now_ms - AT_MAX_PAST_MS:
         errors.append(FieldError("schedule.at", "is more than 5 minutes in the past"))
     if plan.max_fires is not None and plan.max_fires < 1:
@@ -335,9 +338,13 @@ def first_fire(plan: Plan) -> int | None:
 
 
 def next_fire(plan: Plan, after_ms: int) -> int | None:
-    """The first occurrence strictly after ``after_ms`` honouring start/end, not max_fires."""
+    """The first occurrence strictly after ``after_ms`` honouring start/end, not max_fires.
+
+    None past the year 9998 too: times beyond it have no RFC 3339 form."""
     s = plan.schedule
     due: int | None
+    if after_ms >= _MAX_MS:
+        return None
     if isinstance(s, EverySchedule):
         period, origin = _series(plan, s)
         lowest = max(after_ms + 1, plan.anchor_ms)
@@ -351,7 +358,7 @@ def next_fire(plan: Plan, after_ms: int) -> int | None:
     else:
         due = _one_shot_due(plan)
         due = due if due > after_ms else None
-    return due if due is not None and _within(plan, due) else None
+    return due if due is not None and due <= _MAX_MS and _within(plan, due) else None
 
 
 def preview(plan: Plan, count: int) -> list[int]:
@@ -506,6 +513,8 @@ def _cronsim(expression: str, start: datetime, reverse: bool = False) -> Iterato
         yield from CronSim(expression, start, reverse)
     except CronSimError:
         return  # syntactically fine but matches no date at all, e.g. "0 0 30 2 *"
+    except (OverflowError, ValueError):
+        return  # the search ran past the year 9999 (or before 1): no occurrence there
 
 
 def _cronsim_wall(expression: str, wall_ms: int, reverse: bool = False) -> Iterator[int]:

@@ -21,8 +21,10 @@ def from_ms(ms: int) -> datetime:
 
 
 def format_ms(ms: int) -> str:
-    """The contract's output format: UTC, millisecond precision, e.g. 2026-11-21T10:00:00.000Z."""
-    return from_ms(ms).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    """The contract's output format: UTC, millisecond precision, e.g. 2026-11-21T10:00:00.000Z.
+
+    The year always has four digits (``0605-08-21T...``; strftime's ``%Y`` gives ``605``)."""
+    return from_ms(ms).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def parse_rfc3339(text: str) -> datetime:
@@ -38,6 +40,11 @@ def parse_rfc3339(text: str) -> datetime:
         raise ValueError(f"expected {_RFC3339_HINT}") from None
     if dt.tzinfo is None:
         raise ValueError(f"missing offset: expected {_RFC3339_HINT}")
+    try:
+        # 0001-01-01T00:00:00+01:00 is in the year 0, 9999-12-31T23:00:00-01:00 in 10000
+        dt.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("out of range: the instant must fall in the years 1 to 9999 UTC") from None
     return dt
 
 

@@ -1,0 +1,372 @@
+"""The HTTP client. Hand-written on the OpenAPI document; ``OPERATIONS`` names the operation
+behind each method, and a test checks it - and the models' and parameters' field names - against
+the document the API serves, so the two cannot drift."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from timers_client.errors import ApiError, error_from
+from timers_client.models import Fire, Page, Preview, Tenant, Timer
+
+_UNSET: Any = object()
+
+# SDK method -> (HTTP method, path of the OpenAPI document).
+OPERATIONS: dict[str, tuple[str, str]] = {
+    "health": ("GET", "/v1/health"),
+    "openapi": ("GET", "/v1/openapi.json"),
+    "tenant": ("GET", "/v1/tenant"),
+    "create": ("POST", "/v1/timers"),
+    "create_batch": ("POST", "/v1/timers:batch"),
+    "list_page": ("GET", "/v1/timers"),
+    "get": ("GET", "/v1/timers/{timer_id}"),
+    "patch": ("PATCH", "/v1/timers/{timer_id}"),
+    "delete": ("DELETE", "/v1/timers/{timer_id}"),
+    "pause": ("POST", "/v1/timers/{timer_id}/pause"),
+    "resume": ("POST", "/v1/timers/{timer_id}/resume"),
+    "fires_page": ("GET", "/v1/timers/{timer_id}/fires"),
+    "preview": ("POST", "/v1/schedule-preview"),
+}
+# Request bodies: SDK method -> (schema name, the method's parameters that fill it).
+REQUEST_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "create": (
+        "TimerCreate",
+        ("name", "schedule", "start_at", "end_at", "max_fires", "target", "payload", "misfire"),
+    ),
+    "patch": (
+        "TimerPatch",
+        ("name", "schedule", "start_at", "end_at", "max_fires", "target", "payload", "misfire"),
+    ),
+    "preview": ("PreviewIn", ("schedule", "start_at", "end_at", "max_fires", "count")),
+}
+
+
+# ---------------------------------------------------------------- schedules
+
+
+def _rfc3339(when: datetime | str) -> str:
+    if isinstance(when, str):
+        return when
+    if when.tzinfo is None:
+        raise ValueError("a datetime needs a time zone (RFC 3339 has an offset)")
+    return when.isoformat()
+
+
+def at(when: datetime | str) -> dict[str, Any]:
+    """Once, at ``when`` (an aware datetime or an RFC 3339 string)."""
+    return {"type": "at", "at": _rfc3339(when)}
+
+
+def after(seconds: float) -> dict[str, Any]:
+    """Once, ``seconds`` after the request."""
+    return {"type": "after", "seconds": seconds}
+
+
+def every(seconds: float) -> dict[str, Any]:
+    """Every ``seconds`` (>= 1)."""
+    return {"type": "every", "seconds": seconds}
+
+
+def cron(expression: str, timezone: str = "UTC") -> dict[str, Any]:
+    """Standard 5-field cron in an IANA time zone."""
+    return {"type": "cron", "expression": expression, "timezone": timezone}
+
+
+# ---------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True)
+class Config:
+    api: str  # the base URL, ending in /v1
+    api_key: str | None
+    aws_endpoint: str | None = None  # the local stack's moto (for `timers tail`)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Config:
+        """``TIMERS_API`` and ``TIMERS_API_KEY``; what they leave out comes from a running
+        ``make run`` (its state file: ``$LOCAL_STATE_DIR/stack.json``, else ``.local/stack.json``
+        here or in a parent directory) - its API and the demo tenant's key."""
+        env = dict(os.environ if env is None else env)
+        state = read_state(env)
+        api = env.get("TIMERS_API") or (state or {}).get("api_url")
+        if not api:
+            raise ApiConfigError(
+                "no API: set TIMERS_API (e.g. https://<id>.execute-api.<region>.amazonaws.com/v1)"
+                " and TIMERS_API_KEY, or start the local stack with `make run`"
+            )
+        key = env.get("TIMERS_API_KEY")
+        from_state = state is not None and state.get("api_url") == api
+        if not key and from_state:
+            key = (state or {}).get("demo", {}).get("api_key")
+        aws = env.get("AWS_ENDPOINT_URL") or (
+            (state or {}).get("aws_endpoint") if from_state else None
+        )
+        return cls(api.rstrip("/"), key, aws)
+
+
+class ApiConfigError(Exception):
+    """No API to talk to."""
+
+
+def read_state(env: dict[str, str]) -> dict[str, Any] | None:
+    """The running local stack's state file, or None (none there, or its stack has stopped)."""
+    candidates = []
+    if env.get("LOCAL_STATE_DIR"):
+        candidates.append(Path(env["LOCAL_STATE_DIR"]) / "stack.json")
+    else:
+        here = Path.cwd()
+        candidates += [p / ".local" / "stack.json" for p in (here, *here.parents)]
+    for path in candidates:
+        try:
+            state: dict[str, Any] = json.loads(path.read_text())
+            os.kill(int(state["pid"]), 0)  # a file left by a stack that is gone is ignored
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        return state
+    return None
+
+
+# ---------------------------------------------------------------- the client
+
+
+class Client:
+    """One tenant's view of the API (its key). Methods map one to one onto the document's
+    operations (``OPERATIONS``); ``list`` and ``fires`` follow ``next_cursor`` for you.
+
+    A 429 is retried up to ``max_retries`` times after its ``Retry-After``; every other
+    non-2xx raises an ``ApiError`` subclass with the contract's code and details."""
+
+    def __init__(
+        self,
+        api: str,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        headers = {"x-api-key": api_key} if api_key else {}
+        headers["user-agent"] = "timers-client/0.1"
+        self.api = api.rstrip("/")
+        self.max_retries = max_retries
+        self._sleep = sleep
+        self._http = httpx.Client(
+            base_url=self.api, headers=headers, timeout=timeout, transport=transport
+        )
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **options: Any) -> Client:
+        config = Config.from_env(env)
+        return cls(config.api, config.api_key, **options)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # ------------------------------------------------------------ operations
+
+    def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/health")
+        return result
+
+    def openapi(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/openapi.json")
+        return result
+
+    def tenant(self) -> Tenant:
+        return Tenant.from_json(self._call("GET", "/tenant"))
+
+    def create(
+        self,
+        schedule: dict[str, Any],
+        *,
+        name: str | None = None,
+        start_at: datetime | str | None = None,
+        end_at: datetime | str | None = None,
+        max_fires: int | None = None,
+        target: dict[str, Any] | None = None,
+        payload: Any = None,
+        misfire: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Timer:
+        """Create a timer. The same ``idempotency_key`` and body within 24 h give back the
+        first timer and create nothing, so a create can be retried safely."""
+        body = _body(
+            schedule=schedule, name=name, start_at=start_at, end_at=end_at, max_fires=max_fires,
+            target=target, payload=payload, misfire=misfire,
+        )  # fmt: skip
+        return Timer.from_json(self._call("POST", "/timers", body, idempotency_key))
+
+    def create_batch(
+        self, timers: list[dict[str, Any]], *, idempotency_key: str | None = None
+    ) -> list[Timer]:
+        """Up to 100 timers (each a create body), all or nothing."""
+        answer = self._call("POST", "/timers:batch", {"timers": timers}, idempotency_key)
+        return [Timer.from_json(t) for t in answer["items"]]
+
+    def list_page(
+        self, *, status: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> Page[Timer]:
+        query = _query(status=status, limit=limit, cursor=cursor)
+        answer = self._call("GET", "/timers", query=query)
+        return Page([Timer.from_json(t) for t in answer["items"]], answer["next_cursor"])
+
+    def list(self, *, status: str | None = None, page_size: int = 50) -> Iterator[Timer]:
+        """Every timer of the tenant (optionally in one ``status``), page after page."""
+        cursor = None
+        while True:
+            page = self.list_page(status=status, limit=page_size, cursor=cursor)
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def get(self, timer_id: str) -> Timer:
+        return Timer.from_json(self._call("GET", f"/timers/{_id(timer_id)}"))
+
+    def patch(
+        self,
+        timer_id: str,
+        *,
+        name: str | None = _UNSET,
+        schedule: dict[str, Any] = _UNSET,
+        start_at: datetime | str | None = _UNSET,
+        end_at: datetime | str | None = _UNSET,
+        max_fires: int | None = _UNSET,
+        target: dict[str, Any] | None = _UNSET,
+        payload: Any = _UNSET,
+        misfire: str = _UNSET,
+    ) -> Timer:
+        """Change the arguments given (None clears an optional field); the next fire is
+        recomputed."""
+        given = {
+            "name": name, "schedule": schedule, "start_at": start_at, "end_at": end_at,
+            "max_fires": max_fires, "target": target, "payload": payload, "misfire": misfire,
+        }  # fmt: skip
+        body = {
+            k: (_rfc3339(v) if isinstance(v, datetime) else v)
+            for k, v in given.items()
+            if v is not _UNSET
+        }
+        return Timer.from_json(self._call("PATCH", f"/timers/{_id(timer_id)}", body))
+
+    def delete(self, timer_id: str) -> None:
+        """Cancel: the timer never fires again, and a later ``get`` raises NotFound."""
+        self._call("DELETE", f"/timers/{_id(timer_id)}")
+
+    def pause(self, timer_id: str) -> Timer:
+        return Timer.from_json(self._call("POST", f"/timers/{_id(timer_id)}/pause"))
+
+    def resume(self, timer_id: str) -> Timer:
+        return Timer.from_json(self._call("POST", f"/timers/{_id(timer_id)}/resume"))
+
+    def fires_page(
+        self, timer_id: str, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[Fire]:
+        query = _query(limit=limit, cursor=cursor)
+        answer = self._call("GET", f"/timers/{_id(timer_id)}/fires", query=query)
+        return Page([Fire.from_json(f) for f in answer["items"]], answer["next_cursor"])
+
+    def fires(self, timer_id: str, *, page_size: int = 50) -> Iterator[Fire]:
+        """The timer's fires, newest first, page after page."""
+        cursor = None
+        while True:
+            page = self.fires_page(timer_id, limit=page_size, cursor=cursor)
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def preview(
+        self,
+        schedule: dict[str, Any],
+        *,
+        start_at: datetime | str | None = None,
+        end_at: datetime | str | None = None,
+        max_fires: int | None = None,
+        count: int | None = None,
+    ) -> Preview:
+        """The next fire times of a schedule; creates nothing."""
+        body = _body(
+            schedule=schedule, start_at=start_at, end_at=end_at, max_fires=max_fires, count=count
+        )
+        return Preview(list(self._call("POST", "/schedule-preview", body)["fire_times"]))
+
+    # ------------------------------------------------------------ transport
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        idempotency_key: str | None = None,
+        query: dict[str, Any] | None = None,
+    ) -> Any:
+        headers = {"idempotency-key": idempotency_key} if idempotency_key else {}
+        content = None
+        if body is not None:
+            headers["content-type"] = "application/json"
+            content = json.dumps(body).encode()
+        attempt = 0
+        while True:
+            response = self._http.request(
+                method, path, content=content, headers=headers, params=query
+            )
+            if response.status_code == 429 and attempt < self.max_retries:
+                self._sleep(_retry_after(response, attempt))
+                attempt += 1
+                continue
+            break
+        if response.status_code == 204:
+            return None
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = response.text
+        if response.is_success:
+            return answer
+        retry = _retry_after(response, attempt) if response.status_code == 429 else None
+        raise error_from(response.status_code, answer, retry)
+
+
+def _retry_after(response: httpx.Response, attempt: int) -> float:
+    """``Retry-After`` in seconds (API Gateway's own 429 has none: back off exponentially)."""
+    try:
+        return max(0.0, float(response.headers["retry-after"]))
+    except (KeyError, ValueError):
+        return min(2.0**attempt * 0.5, 8.0)
+
+
+def _id(timer_id: str) -> str:
+    return quote(timer_id, safe="")
+
+
+def _body(**fields: Any) -> dict[str, Any]:
+    return {
+        k: (_rfc3339(v) if isinstance(v, datetime) else v)
+        for k, v in fields.items()
+        if v is not None
+    }
+
+
+def _query(**params: Any) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if v is not None}
+
+
+__all__ = ["OPERATIONS", "ApiConfigError", "ApiError", "Client", "Config"]

@@ -1,0 +1,77 @@
+"""What the API answers, as typed objects. Field names are the OpenAPI document's (a test
+compares them with ``TimerOut``, ``FireOut``, ``TenantOut`` ... so they cannot drift)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Generic, TypeVar
+
+JSON = Any
+T = TypeVar("T")
+
+
+def _build(cls: type[T], data: dict[str, Any]) -> T:
+    """``cls`` from an answer's object; fields a newer server adds are ignored."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class Timer:
+    id: str
+    name: str | None
+    schedule: dict[str, Any]
+    start_at: str | None
+    end_at: str | None
+    max_fires: int | None
+    target: dict[str, Any]
+    payload: JSON
+    misfire: str
+    status: str
+    next_fire_at: str | None
+    fire_count: int
+    created_at: str
+    updated_at: str
+    expires_at: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Timer:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class Fire:
+    fire_id: str
+    scheduled_at: str
+    enqueued_at: str | None
+    lag_ms: int | None
+    status: str
+    reason: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Fire:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a listing; ``next_cursor`` is None on the last."""
+
+    items: list[T]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class Preview:
+    fire_times: list[str]
+
+
+@dataclass(frozen=True)
+class Tenant:
+    tenant: str
+    callback_queue_url: str
+    retention_days: int
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Tenant:
+        return _build(cls, data)

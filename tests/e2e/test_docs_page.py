@@ -1,0 +1,95 @@
+"""The docs page (``GET /v1/docs``) in a real browser: headless Chromium, driven by Selenium.
+
+Debian's ``chromium`` and ``chromium-driver`` (``/usr/bin/chromium``, ``/usr/bin/chromedriver``)
+are used as installed - Selenium downloads nothing. CI (``.ci/run``) installs both and sets
+``TIMERS_REQUIRE_BROWSER=1``, so there a missing browser fails; elsewhere the test is skipped
+only when the browser is absent.
+
+The page must work offline: Swagger UI's assets come from the API itself, and the browser
+runs with background networking off, so a request to anywhere else would show up as a failed
+load in its console, which must stay free of errors.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.local_stack import RunningStack
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+RENDER_TIMEOUT_S = 60
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        if os.environ.get("TIMERS_REQUIRE_BROWSER") == "1":
+            pytest.fail("chromium and chromium-driver are required here (apt-get install them)")
+        pytest.skip("no chromium/chromedriver (Debian: apt-get install chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--disable-quic", "--no-first-run", "--window-size=1280,2000",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+    ):  # fmt: skip
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_the_docs_page_shows_every_operation_and_calls_the_api(
+    local_stack: RunningStack, browser: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    status, doc, _ = local_stack.request("GET", "/openapi.json")
+    assert status == 200
+    documented = {(method.upper(), path) for path, item in doc["paths"].items() for method in item}
+
+    browser.get(f"{local_stack.api}/docs")
+    wait = WebDriverWait(browser, RENDER_TIMEOUT_S)
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".opblock")) == len(documented))
+    shown = {
+        (
+            block.find_element(By.CSS_SELECTOR, ".opblock-summary-method").text.strip(),
+            block.find_element(By.CSS_SELECTOR, ".opblock-summary-path").get_attribute("data-path"),
+        )
+        for block in browser.find_elements(By.CSS_SELECTOR, ".opblock")
+    }
+    assert shown == documented
+    assert "Timer service" in browser.find_element(By.CSS_SELECTOR, ".info .title").text
+    browser.save_screenshot(str(tmp_path / "docs.png"))  # for a person: see --basetemp
+
+    # "Try it out" on GET /v1/health: the page really calls the API and shows its answer.
+    health = browser.find_element(By.ID, "operations-default-health_v1_health_get")
+    health.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
+    wait.until(lambda d: health.find_elements(By.CSS_SELECTOR, ".try-out__btn"))
+    health.find_element(By.CSS_SELECTOR, ".try-out__btn").click()
+    wait.until(lambda d: health.find_elements(By.CSS_SELECTOR, ".execute"))
+    health.find_element(By.CSS_SELECTOR, ".execute").click()
+    wait.until(lambda d: health.find_elements(By.CSS_SELECTOR, ".live-responses-table"))
+    answer = health.find_element(By.CSS_SELECTOR, ".live-responses-table .response")
+    assert answer.find_element(By.CSS_SELECTOR, ".response-col_status").text.startswith("200")
+    assert '"status": "ok"' in answer.find_element(By.CSS_SELECTOR, ".microlight").text
+
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == []

@@ -1,0 +1,168 @@
+"""The SDK and the ``timers`` command against the running local stack, as a user has them: the
+console script installed by ``make venv``, configured by env or by ``make run``'s state file.
+
+The stack runs on the wall clock, so waiting for a fire polls with a deadline (no durations are
+asserted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.local_stack import RunningStack, admin
+from timers_client import Client, NotFound, ValidationError, after, cron, every
+
+pytestmark = pytest.mark.e2e
+
+TIMERS = Path(sys.executable).parent / "timers"  # the console script
+FIRE_TIMEOUT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def tenant(local_stack: RunningStack) -> dict[str, Any]:
+    return admin(local_stack, "tenant", "create", "cli")
+
+
+@pytest.fixture
+def sdk(local_stack: RunningStack, tenant: dict[str, Any]) -> Iterator[Client]:
+    with Client(local_stack.api, tenant["api_key"]) as client:
+        yield client
+        for timer in client.list():  # every test starts from an empty tenant
+            client.delete(timer.id)
+
+
+def cli(
+    *args: str, env: dict[str, str], check: bool = True, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TIMERS_", "AWS_"))}
+    run = subprocess.run(
+        [str(TIMERS), *args], env={**base, **env}, capture_output=True, text=True,
+        timeout=timeout, cwd="/",
+    )  # fmt: skip
+    if check:
+        assert run.returncode == 0, run.stderr
+    return run
+
+
+@pytest.fixture
+def env(local_stack: RunningStack, tenant: dict[str, Any], sdk: Client) -> dict[str, str]:
+    return {"TIMERS_API": local_stack.api, "TIMERS_API_KEY": tenant["api_key"],
+            "AWS_ENDPOINT_URL": local_stack.aws_endpoint}  # fmt: skip
+
+
+def test_the_sdk_does_every_operation(sdk: Client, tenant: dict[str, Any]) -> None:
+    assert sdk.health() == {"status": "ok"}
+    assert sdk.openapi()["openapi"].startswith("3.1")
+    assert sdk.tenant().callback_queue_url == tenant["callback_queue_url"]
+    far = "2099-01-01T00:00:00Z"
+    timer = sdk.create(every(60), name="e", payload=[1, "x"], start_at=far, idempotency_key="k")
+    assert sdk.create(every(60), name="e", payload=[1, "x"], start_at=far,
+                      idempotency_key="k").id == timer.id  # fmt: skip
+    batch = sdk.create_batch([{"schedule": after(3600)} for _ in range(4)])
+    assert sdk.get(timer.id) == timer
+    assert {t.id for t in sdk.list(page_size=2)} == {timer.id, *(t.id for t in batch)}
+    assert sdk.list_page(limit=2).next_cursor is not None
+    patched = sdk.patch(timer.id, name=None, schedule=cron("0 7 * * 1-5", "Europe/Berlin"))
+    assert (patched.name, patched.schedule["type"]) == (None, "cron")
+    assert sdk.pause(timer.id).status == "paused"
+    assert [t.id for t in sdk.list(status="paused")] == [timer.id]
+    assert sdk.resume(timer.id).status == "active"
+    assert list(sdk.fires(timer.id)) == []
+    preview = sdk.preview(cron("0 7 * * 1-5", "Europe/Berlin"), start_at=far, count=3)
+    assert preview.fire_times == ["2099-01-01T06:00:00.000Z", "2099-01-02T06:00:00.000Z",
+                                  "2099-01-05T06:00:00.000Z"]  # fmt: skip
+    sdk.delete(timer.id)
+    with pytest.raises(NotFound) as gone:
+        sdk.get(timer.id)
+    assert gone.value.code == "not_found"
+    with pytest.raises(ValidationError) as bad:
+        sdk.create(every(0.5))
+    assert bad.value.fields == {"schedule.seconds"}
+
+
+def test_cli_create_fires_and_tail_prints_the_callback_with_its_lag(
+    env: dict[str, str], sdk: Client
+) -> None:
+    created = json.loads(cli("--json", "create", "--in", "1s", "--payload", '{"a":1}',
+                             "--name", "hello", env=env).stdout)  # fmt: skip
+    assert (created["schedule"], created["payload"]) == ({"type": "after", "seconds": 1.0},
+                                                         {"a": 1})  # fmt: skip
+    tail = cli("--json", "tail", "--count", "1", "--idle", "60", env=env, timeout=90)
+    [line] = tail.stdout.splitlines()
+    callback = json.loads(line)
+    assert (callback["timer_id"], callback["payload"], callback["name"]) == (
+        created["id"], {"a": 1}, "hello",
+    )  # fmt: skip
+    assert callback["lag_ms"] >= 0  # never early
+    deadline = time.monotonic() + FIRE_TIMEOUT_S
+    while (fires := json.loads(cli("--json", "fires", created["id"], env=env).stdout)["items"])\
+            == [] and time.monotonic() < deadline:  # fmt: skip
+        time.sleep(0.5)  # the trigger records the fire just after sending it
+    assert [f["status"] for f in fires] == ["enqueued"]
+    human = cli("fires", created["id"], env=env).stdout
+    assert created["id"] in human and "enqueued" in human
+    shown = cli("get", created["id"], env=env).stdout
+    assert "completed" in shown and "after 1s" in shown
+
+
+def test_cli_schedules_tables_and_state_changes(env: dict[str, str], sdk: Client) -> None:
+    at = json.loads(cli("--json", "create", "--at", "2099-01-01T00:00:00Z", env=env).stdout)
+    every5 = json.loads(cli("--json", "create", "--every", "5s", "--max-fires", "3",
+                            "--start", "2099-01-01T00:00:00Z", env=env).stdout)  # fmt: skip
+    weekdays = json.loads(cli("--json", "create", "--cron", "0 7 * * 1-5", "--tz",
+                              "Europe/Berlin", "--name", "standup", env=env).stdout)  # fmt: skip
+    assert at["schedule"] == {"type": "at", "at": "2099-01-01T00:00:00.000Z"}
+    assert (every5["schedule"], every5["max_fires"]) == ({"type": "every", "seconds": 5.0}, 3)
+    assert weekdays["schedule"] == cron("0 7 * * 1-5", "Europe/Berlin")
+
+    table = cli("ls", env=env).stdout.splitlines()
+    assert table[0].split() == ["ID", "STATUS", "SCHEDULE", "NEXT", "FIRE", "FIRES", "NAME"]
+    rows = {line.split()[0]: line for line in table[1:]}
+    assert set(rows) == {at["id"], every5["id"], weekdays["id"]}
+    assert "cron '0 7 * * 1-5' Europe/Berlin" in rows[weekdays["id"]]
+    assert "standup" in rows[weekdays["id"]]
+
+    assert "paused" in cli("pause", every5["id"], env=env).stdout
+    paused = json.loads(cli("--json", "ls", "--status", "paused", env=env).stdout)["items"]
+    assert [t["id"] for t in paused] == [every5["id"]]
+    assert json.loads(cli("--json", "resume", every5["id"], env=env).stdout)["status"] == "active"
+    assert cli("rm", at["id"], every5["id"], env=env).stdout.split() == [
+        "deleted", at["id"], "deleted", every5["id"],
+    ]  # fmt: skip
+    assert [t["id"] for t in json.loads(cli("--json", "ls", env=env).stdout)["items"]] == [
+        weekdays["id"]
+    ]
+
+
+def test_cli_preview_and_errors(env: dict[str, str]) -> None:
+    times = cli("preview", "--every", "90s", "--start", "2099-01-01T00:00:00Z", "--count", "3",
+                env=env).stdout.split()  # fmt: skip
+    assert times == ["2099-01-01T00:00:00.000Z", "2099-01-01T00:01:30.000Z",
+                     "2099-01-01T00:03:00.000Z"]  # fmt: skip
+    bad = cli("create", "--cron", "61 * * * *", env=env, check=False)
+    assert bad.returncode == 1
+    assert "400 validation_error" in bad.stderr and "schedule.expression" in bad.stderr
+    as_json = cli("--json", "get", "tmr_nope", env=env, check=False)
+    assert as_json.returncode == 1
+    assert json.loads(as_json.stderr)["error"]["code"] == "not_found"
+    usage = cli("create", "--in", "soon", env=env, check=False)
+    assert usage.returncode == 2 and "not a duration" in usage.stderr
+
+
+def test_cli_finds_make_runs_api_and_demo_key_in_its_state_file(
+    local_stack: RunningStack,
+) -> None:
+    state_dir = local_stack.env["LOCAL_STATE_DIR"]
+    whoami = json.loads(cli("--json", "whoami", env={"LOCAL_STATE_DIR": state_dir}).stdout)
+    assert whoami["tenant"] == "demo"
+    assert whoami["callback_queue_url"] == local_stack.ready["Tenant demo callback queue: "]
+    nothing = cli("ls", env={"LOCAL_STATE_DIR": "/nonexistent"}, check=False)
+    assert nothing.returncode == 2 and "TIMERS_API" in nothing.stderr

@@ -1,0 +1,226 @@
+"""The SDK (``timers_client``) against the OpenAPI document the API serves - every operation has
+its method, and the models and request parameters use the schemas' field names, so the two
+cannot drift - and its behaviour over a fake transport: 429 retries after Retry-After (on an
+injected sleep), errors carrying the contract's code and details, listings that follow
+next_cursor. The real thing, over HTTP, is tests/e2e/test_sdk_and_cli.py."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable
+from dataclasses import fields
+from typing import Any
+
+import httpx
+import pytest
+
+from functions.api import app as api_app
+from timers_client import (
+    OPERATIONS,
+    ApiError,
+    Client,
+    Fire,
+    InvalidState,
+    NotFound,
+    Preview,
+    RateLimited,
+    Tenant,
+    Timer,
+    ValidationError,
+    after,
+)
+from timers_client.cli import duration
+from timers_client.client import REQUEST_FIELDS
+
+DOCS_PAGE = {"/v1/docs", "/v1/docs/swagger-ui-bundle.js", "/v1/docs/swagger-ui.css"}  # for people
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(api_app.openapi_document())
+    return document
+
+
+def schema(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    found: dict[str, Any] = doc["components"]["schemas"][name]
+    return found
+
+
+def test_every_operation_of_the_document_has_an_sdk_method_and_no_other(
+    doc: dict[str, Any],
+) -> None:
+    documented = {
+        (method.upper(), path)
+        for path, item in doc["paths"].items()
+        for method in item
+        if path not in DOCS_PAGE
+    }
+    assert set(OPERATIONS.values()) == documented
+    for name in OPERATIONS:
+        assert callable(getattr(Client, name)), name
+
+
+def test_sdk_paths_parameters_match_the_document(doc: dict[str, Any]) -> None:
+    for name, (method, path) in OPERATIONS.items():
+        operation = doc["paths"][path][method.lower()]
+        sdk = inspect.signature(getattr(Client, name)).parameters
+        for param in operation.get("parameters", []):  # timer_id, status, Idempotency-Key ...
+            assert param["name"].lower().replace("-", "_") in sdk, (name, param["name"])
+
+
+@pytest.mark.parametrize(
+    ("model", "schema_name"),
+    [(Timer, "TimerOut"), (Fire, "FireOut"), (Tenant, "TenantOut"), (Preview, "PreviewOut")],
+)
+def test_models_have_exactly_the_schemas_fields(
+    doc: dict[str, Any], model: type, schema_name: str
+) -> None:
+    assert {f.name for f in fields(model)} == set(schema(doc, schema_name)["properties"])
+
+
+def test_request_parameters_are_the_request_schemas_fields(doc: dict[str, Any]) -> None:
+    for method, (schema_name, names) in REQUEST_FIELDS.items():
+        assert set(names) == set(schema(doc, schema_name)["properties"]), method
+        assert set(names) <= set(inspect.signature(getattr(Client, method)).parameters), method
+    batch = schema(doc, "TimerBatchIn")["properties"]["timers"]["items"]["$ref"]
+    assert batch.endswith("/TimerCreate")
+
+
+def test_listing_schemas_are_items_and_next_cursor(doc: dict[str, Any]) -> None:
+    for name in ("TimerList", "FireList"):
+        assert set(schema(doc, name)["properties"]) == {"items", "next_cursor"}
+
+
+# ---------------------------------------------------------------- over a fake transport
+
+TIMER = {
+    "id": "tmr_1", "name": None, "schedule": {"type": "after", "seconds": 30.0},
+    "start_at": None, "end_at": None, "max_fires": None,
+    "target": {"queue_url": "http://q"}, "payload": {"a": 1}, "misfire": "fire_once",
+    "status": "active", "next_fire_at": "2026-11-21T10:00:30.000Z", "fire_count": 0,
+    "created_at": "2026-11-21T10:00:00.000Z", "updated_at": "2026-11-21T10:00:00.000Z",
+    "expires_at": None,
+}  # fmt: skip
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def client(handler: Handler, sleeps: list[float] | None = None, **options: Any) -> Client:
+    record = sleeps if sleeps is not None else []
+    return Client("http://api/v1", "tk_x", transport=httpx.MockTransport(handler),
+                  sleep=record.append, **options)  # fmt: skip
+
+
+def error(status: int, code: str, *details: tuple[str, str], **headers: str) -> httpx.Response:
+    body = {"error": {"code": code, "message": f"{code} happened",
+                      "details": [{"field": f, "message": m} for f, m in details]}}  # fmt: skip
+    return httpx.Response(status, json=body, headers=headers)
+
+
+def test_create_sends_the_key_json_and_idempotency_key_and_returns_a_timer() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(201, json=TIMER)
+
+    timer = client(handler).create(after(30), payload={"a": 1}, idempotency_key="k1")
+    assert timer == Timer(**TIMER)
+    [request] = seen
+    assert (request.method, request.url.path) == ("POST", "/v1/timers")
+    assert request.headers["x-api-key"] == "tk_x"
+    assert request.headers["idempotency-key"] == "k1"
+    assert request.headers["content-type"] == "application/json"
+    assert json.loads(request.content) == {"schedule": after(30), "payload": {"a": 1}}
+
+
+def test_a_429_is_retried_after_its_retry_after() -> None:
+    answers = [error(429, "rate_limited", **{"Retry-After": "2"}), httpx.Response(200, json=TIMER)]
+    sleeps: list[float] = []
+    timer = client(lambda _: answers.pop(0), sleeps).get("tmr_1")
+    assert timer.id == "tmr_1"
+    assert sleeps == [2.0]
+
+
+def test_429s_beyond_max_retries_raise_rate_limited_with_when_to_retry() -> None:
+    sleeps: list[float] = []
+    sdk = client(
+        lambda _: error(429, "rate_limited", **{"Retry-After": "1"}), sleeps, max_retries=2
+    )
+    with pytest.raises(RateLimited) as raised:
+        sdk.get("tmr_1")
+    assert sleeps == [1.0, 1.0]
+    assert (raised.value.status, raised.value.code, raised.value.retry_after_s) == (
+        429, "rate_limited", 1.0,
+    )  # fmt: skip
+
+
+def test_the_gateways_own_429_without_retry_after_backs_off_exponentially() -> None:
+    sleeps: list[float] = []
+    sdk = client(lambda _: httpx.Response(429, json={"message": "Too Many Requests"}), sleeps)
+    with pytest.raises(RateLimited) as raised:
+        sdk.tenant()
+    assert sleeps == [0.5, 1.0, 2.0]
+    assert (raised.value.code, raised.value.message) == ("http_429", "Too Many Requests")
+
+
+def test_errors_carry_the_contracts_code_and_details() -> None:
+    sdk = client(lambda _: error(400, "validation_error", ("schedule.seconds", "must be >= 1")))
+    with pytest.raises(ValidationError) as raised:
+        sdk.create({"type": "every", "seconds": 0})
+    assert raised.value.code == "validation_error"
+    assert raised.value.fields == {"schedule.seconds"}
+    assert "schedule.seconds: must be >= 1" in str(raised.value)
+    with pytest.raises(NotFound):
+        client(lambda _: error(404, "not_found")).delete("tmr_nope")
+    with pytest.raises(InvalidState) as state:
+        client(lambda _: error(409, "invalid_state")).pause("tmr_1")
+    assert isinstance(state.value, ApiError) and state.value.status == 409
+
+
+def test_list_follows_next_cursor_across_pages() -> None:
+    pages = {
+        None: {"items": [TIMER, {**TIMER, "id": "tmr_2"}], "next_cursor": "c1"},
+        "c1": {"items": [{**TIMER, "id": "tmr_3"}], "next_cursor": None},
+    }
+    queries: list[dict[str, str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        queries.append(dict(request.url.params))
+        return httpx.Response(200, json=pages[request.url.params.get("cursor")])
+
+    ids = [t.id for t in client(handler).list(status="active", page_size=2)]
+    assert ids == ["tmr_1", "tmr_2", "tmr_3"]
+    assert queries == [{"status": "active", "limit": "2"},
+                       {"status": "active", "limit": "2", "cursor": "c1"}]  # fmt: skip
+
+
+def test_patch_sends_only_what_is_given_and_none_clears() -> None:
+    bodies: list[Any] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return httpx.Response(200, json=TIMER)
+
+    client(handler).patch("tmr_1", name=None, max_fires=3)
+    assert bodies == [{"name": None, "max_fires": 3}]
+
+
+def test_a_delete_is_204_with_no_body() -> None:
+    assert client(lambda _: httpx.Response(204)).delete("tmr_1") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30", 30), ("30s", 30), ("1.5s", 1.5), ("250ms", 0.25), ("5m", 300), ("1h30m", 5400),
+     ("2d", 172_800)],
+)  # fmt: skip
+def test_cli_durations(text: str, seconds: float) -> None:
+    assert duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "5 minutes", "s", "5x", "1h-5m"])
+def test_cli_rejects_what_is_not_a_duration(text: str) -> None:
+    with pytest.raises(Exception, match="not a duration"):
+        duration(text)
