@@ -36,10 +36,10 @@ SQS_CONFIG = Config(
     retries={"max_attempts": 1, "mode": "standard"},
     max_pool_connections=SEND_WORKERS,
 )
-DYNAMO_CONFIG = Config(
+DYNAMO_CONFIG = Config(  # claims: the run retries them itself (CLAIM_ATTEMPTS), same owner
     connect_timeout=0.5,
-    read_timeout=1.5,
-    retries={"max_attempts": 2, "mode": "standard"},
+    read_timeout=3,
+    retries={"max_attempts": 1, "mode": "standard"},
     max_pool_connections=16,
 )
 # A record that times out after DynamoDB applied it is harmless, but one given up after the

@@ -51,6 +51,7 @@ from timers.core.chain import CHECKPOINT_EVERY, LAPSE_MARGIN_MS, Entry, Member, 
 from timers.core.times import format_ms, parse_ms
 from timers.firing import (
     ARM_MS,
+    CLAIM_ATTEMPTS,
     HOOKS,
     LEASE_GRACE_MS,
     MAX_CLOCK_OFFSET_MS,
@@ -543,12 +544,24 @@ def test_a_record_that_times_out_is_retried_so_the_fire_is_sent_once(rig: Rig, h
 
 
 @pytest.mark.parametrize("how", ["lost", "applied"])
+def test_a_claim_that_times_out_once_is_retried_and_the_fire_sent_once(rig: Rig, how: str) -> None:
+    # Retried with the same owner: a claim DynamoDB applied is found again as this run's.
+    timer = rig.api.create(schedule=after(1))
+    rig.clock.now = T0 + 1_000
+    (report,) = rig.run(claims=FlakyClaims(rig.claims, claim=[how]))
+    assert (report.enqueued, report.handed_back, report.held) == (1, 0, 0)
+    rig.clock.advance(LAPSE_MS)
+    rig.run_until_idle()
+    assert rig.per_fire() == Counter({f"{timer['id']}:{T0 + 1_000}": 1})
+
+
+@pytest.mark.parametrize("how", ["lost", "applied"])
 def test_a_claim_that_times_out_sends_nothing_and_gives_its_members_back(
     rig: Rig, how: str
 ) -> None:
     timer = rig.api.create(schedule=after(1))
     rig.clock.now = T0 + 1_000
-    first, *_ = rig.run(claims=FlakyClaims(rig.claims, claim=[how, how, how]))
+    first, *_ = rig.run(claims=FlakyClaims(rig.claims, claim=[how] * CLAIM_ATTEMPTS))
     assert first.handed_back >= 1 and rig.sqs.sent == [] and len(rig.members()) == 1
     if how == "applied":  # the entry is the dead run's until it lapses: late, not twice
         rig.clock.advance(LAPSE_MS)

@@ -93,8 +93,11 @@ CLOCK_RESYNC_MS = 5_000
 REDIS_CALL_MS = 1_000
 """Worst case of one Redis call (the client's socket timeout, see timers.runtime)."""
 
-DYNAMO_CALL_MS = 4_500
-"""Worst case of one DynamoDB claim or read: 2 attempts x (0.5 s connect + 1.5 s read) + backoff."""
+DYNAMO_CALL_MS = 3_500
+"""Worst case of one DynamoDB claim or read: 0.5 s connect + 3 s read (the handler's client)."""
+
+CLAIM_ATTEMPTS = 3
+"""Tries of one claim write (each up to DYNAMO_CALL_MS) before its members are given back."""
 
 RECORD_CALL_MS = 8_500
 """Worst case of one record attempt: 0.5 s connect + 8 s read (the handler's record client)."""
@@ -489,16 +492,25 @@ class Run:
     def _claim_item(self, key: str, named: dict[str, Job]) -> list[Job]:
         ours: list[Job] = []
         for chunk in chunks(named):
-            try:
-                ours += self._claim_chunk(key, chunk)
-            except (BotoCoreError, ClientError):  # nothing was sent: give the chunk back
-                log.warning("claim failed; members released", exc_info=True)
-                back = {job.member: job.member.due for job in chunk.values()}
-                self.report.handed_back += len(back)
-                self.deps.index.release(self.bucket, self.owner, back)
-                for m in back:
-                    self.held_leases.pop(m, None)
+            for attempt in range(CLAIM_ATTEMPTS):
+                try:  # a claim applied despite the error is found again as ours (same owner)
+                    ours += self._claim_chunk(key, chunk)
+                    break
+                except (BotoCoreError, ClientError):
+                    if attempt + 1 < CLAIM_ATTEMPTS and self._may_claim():
+                        log.warning("claim failed; retrying", exc_info=True)
+                        continue
+                    log.warning("claim failed; members released", exc_info=True)
+                    self._give_back(chunk.values())
         return ours
+
+    def _give_back(self, jobs: Iterable[Job]) -> None:
+        """Members whose claim failed: nothing was sent, so they are due again at once."""
+        back = {job.member: job.member.due for job in jobs}
+        self.report.handed_back += len(back)
+        self.deps.index.release(self.bucket, self.owner, back)
+        for m in back:
+            self.held_leases.pop(m, None)
 
     def _claim_chunk(self, key: str, named: dict[str, Job]) -> list[Job]:
         entries = {name: job.entry for name, job in named.items() if job.entry is not None}
