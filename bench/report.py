@@ -46,11 +46,13 @@ def rows(now: dict[str, Any], before: dict[str, Any]) -> list[tuple[str, str, st
             ("tenant B's lone timer during A's 300-burst: lag", _ms(e["fairness"]["b_lag_ms"]),
              "9,600 ms (issue 10)"),
         ]  # fmt: skip
-        for key in sorted(k for k in e if k.startswith("burst_")):
+        for key in sorted(k for k in e if k.startswith("burst_") and isinstance(e[k], dict)):
             b, old = e[key], old_bursts.get(e[key]["n"], {})
             out.append((
                 f"{b['n']:,} one-shots due in one second: drained in (moto share of CPU)",
-                f"{b['drain_s']} s ({b['moto_share_of_stack_cpu']}), {_faults(b)}",
+                (f"{b['drain_s']} s" if b["drained"] else f"not in {b['drain_s']} s: "
+                 f"{b['arrived']:,} arrived, ~{b['projected_drain_s']:,} s projected")
+                + f" ({b['moto_share_of_stack_cpu']}), {_faults(b)}",
                 f"{old['drain_s']} s, {_faults(old)}" if old else "-",
             ))  # fmt: skip
     if c := now.get("cost"):
