@@ -262,6 +262,7 @@ class Stack:
         per = max(1, min(100, 250_000 // size))
         ids: list[str] = []
         for start in range(0, len(timers), per):
+            self.clock.advance(25)  # 40 requests a second: under the tenant's rate limit
             reply = self.call("POST", "/v1/timers:batch", {"timers": timers[start : start + per]})
             ids += [t["id"] for t in reply["items"]]
         return ids
