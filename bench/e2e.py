@@ -178,7 +178,7 @@ def trigger_runs(stack: RunningStack) -> dict[str, Any]:
             if '"trigger run"' in line] if log.exists() else []  # fmt: skip
     totals = {k: sum(r.get(k, 0) for r in runs) for k in RUN_COUNTS}
     delays = [r["invoke_delay_ms"] for r in runs if r.get("invoke_delay_ms") is not None]
-    return {"runs": len(runs), "runs_that_leased_nothing": sum(r.get("leased") == 0 for r in runs),
+    return {"runs": len(runs), "runs_that_leased_nothing": sum(not r.get("leased") for r in runs),
             **totals, "delays": delays}  # fmt: skip
 
 
