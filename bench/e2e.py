@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -37,7 +38,7 @@ from typing import Any
 
 import boto3
 
-from bench.common import progress, quick, write_results
+from bench.common import RESULTS, progress, quick, write_results
 from tests.support.local_stack import RunningStack, admin, descendants, start_stack
 from timers.core.times import format_ms, parse_ms
 
@@ -45,7 +46,7 @@ STEADY_TIMERS = 20
 WARM_UP_S = 15  # the local runtime starts sandboxes on demand, in seconds each on 2 busy cores
 BATCH = 100  # timers per POST /v1/timers:batch
 CREATE_THREADS = 4  # batch creates in flight (the stack's api has 4 sandboxes)
-RUN_COUNTS = ("ambiguous", "handed_back", "refused", "held", "reclaimed", "failed")
+RUN_COUNTS = ("ambiguous", "unrecorded", "handed_back", "refused", "held", "reclaimed", "failed")
 LOGS = Path(__file__).resolve().parent / "results" / "logs"  # the last run's stack logs
 DRAIN_WAIT_S = 420  # a burst that has not drained by then is reported as not drained
 BURST_SANDBOXES = "2"  # per function, for bursts: fewer calls in flight keep moto's queues short
@@ -322,10 +323,9 @@ def demo_tenant(stack: RunningStack) -> Tenant:
                   stack.ready["Tenant demo callback queue: "])  # fmt: skip
 
 
-def main() -> int:
-    short = quick()
-    window_s, bursts = (30, [1_000]) if short else (60, [1_000, 10_000])
-    out: dict[str, Any] = {"quick": short}
+def on_time(window_s: int, short: bool) -> dict[str, Any]:
+    """Steady load, spaced one-shots and the fairness check, on one stack."""
+    out: dict[str, Any] = {}
     with local_stack("steady") as stack:
         a = demo_tenant(stack)
         tenant_b = admin(stack, "tenant", "create", "bench-b")
@@ -339,6 +339,18 @@ def main() -> int:
         out["fairness"] = fairness(a, b, 300)
         a.consumer.stop()
         b.consumer.stop()
+    return out
+
+
+def main() -> int:
+    short = quick()
+    window_s, bursts = (30, [1_000]) if short else (60, [1_000, 10_000])
+    only_bursts = sys.argv[1:] == ["bursts"]  # python -m bench.e2e bursts: the bursts alone
+    out: dict[str, Any] = {"quick": short}
+    if only_bursts:  # keep the other scenarios' last results
+        out = {**json.loads(RESULTS.read_text()).get("e2e", {}), "quick": short}
+    if not only_bursts:
+        out |= on_time(window_s, short)
     for n in bursts:  # each on a fresh stack: no deep queue inherited
         with local_stack(f"burst_{n}", LOCAL_LAMBDA_CONCURRENCY=BURST_SANDBOXES) as stack:
             progress(f"e2e: a burst of {n:,} one-shots due in one second")

@@ -109,8 +109,9 @@ def emit_metrics(report: TriggerReport, invoke_delay_ms: int | None) -> None:
         )
         late = sum(1 for lag in report.lags_ms if lag > 100)
         metrics.add_metric(name="FiresLate", unit=count, value=late)
-    if report.ambiguous:
+    if report.ambiguous or report.unrecorded:  # the duplicate window, as it happens
         metrics.add_metric(name="SendsAmbiguous", unit=count, value=report.ambiguous)
+        metrics.add_metric(name="FiresUnrecorded", unit=count, value=report.unrecorded)
     if report.refused or report.handed_back:
         metrics.add_metric(name="FiresHandedBack", unit=count, value=report.handed_back)
         metrics.add_metric(name="ClockRefusals", unit=count, value=report.refused)

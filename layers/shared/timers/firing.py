@@ -211,6 +211,7 @@ class TriggerReport:
     handed_back: int = 0  # leased or claimed, then given back (deadline)
     refused: int = 0  # not sent: the clock could not be trusted
     ambiguous: int = 0  # send attempts that timed out after the request went: maybe sent twice
+    unrecorded: int = 0  # sent, and the record failed until the deadline: sent again later
     lags_ms: list[int] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # "<fire id>: <reason>"
 
@@ -318,9 +319,11 @@ def run_trigger(
             deps.index.end_run(bucket, marker.slot, marker.token)
         deps.index.rehint(bucket)
 
+    run = Run(deps, bucket, remaining_ms)
     try:
-        report = Run(deps, bucket, remaining_ms).go()
+        report = run.go()
     except Exception:
+        log.exception("trigger run failed", extra=run.report.summary())  # unrecorded included
         ended()
         raise
     ended()
@@ -525,6 +528,12 @@ class Run:
             existing = found[(key, name)]
             mine = job.entry
             assert mine is not None
+            needs_write = existing is None or not (
+                existing.finished or (existing.state == "p" and existing.owner == self.owner)
+            )
+            if needs_write and not self._may_claim():  # one write per entry: mind the deadline
+                held[job.member] = job.member.due
+                continue
             if existing is None:
                 if self.deps.claims.claim(key, {name: mine}):
                     ours.append(job)
@@ -612,6 +621,7 @@ class Run:
                 return self.deps.claims.record(key, self.owner, entries)
             except (BotoCoreError, ClientError):
                 if self._left() <= RECORD_CALL_MS + 2 * REDIS_CALL_MS:
+                    self.report.unrecorded += len(entries)  # re-sent once their claims lapse
                     raise
                 log.warning("record failed; retrying", exc_info=True)
 
