@@ -48,7 +48,7 @@ BATCH = 100  # timers per POST /v1/timers:batch
 CREATE_THREADS = 4  # batch creates in flight (the stack's api has 4 sandboxes)
 RUN_COUNTS = ("ambiguous", "unrecorded", "handed_back", "refused", "held", "reclaimed", "failed")
 LOGS = Path(__file__).resolve().parent / "results" / "logs"  # the last run's stack logs
-DRAIN_WAIT_S = 420  # a burst that has not drained by then is reported as not drained
+DRAIN_WAIT_S = 600  # a burst that has not drained by then is reported as not drained
 BURST_SANDBOXES = "2"  # per function, for bursts: fewer calls in flight keep moto's queues short
 
 
