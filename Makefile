@@ -16,7 +16,7 @@ help:
 	@echo "make run       - the whole service on this machine (API_PORT, AWS_PORT, REDIS_PORT)"
 	@echo "make demo      - with make run going: create timers and watch their callbacks arrive"
 	@echo "make test      - the whole suite (real redis-server, moto); installs what it needs"
-	@echo "make bench     - benchmarks, <= 20 min (QUICK=1: <= 4 min) -> bench/results/latest.json"
+	@echo "make bench     - benchmarks, ~30 min (QUICK=1: ~10 min) -> bench/results/latest.json"
 	@echo "make lint      - ruff + mypy"
 	@echo "make validate  - sam validate --lint and cfn-lint on template.yaml"
 	@echo "make build     - sam build (functions + shared layer, arm64)"

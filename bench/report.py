@@ -21,7 +21,8 @@ def _lags(s: dict[str, Any]) -> str:
 
 
 def _faults(s: dict[str, Any]) -> str:
-    return f"{s.get('early', 0)} early, {s.get('duplicates', 0)} dup, {s.get('missing', 0)} missing"
+    missing = "? (not drained)" if s.get("missing", 0) is None else s.get("missing", 0)
+    return f"{s.get('early', 0)} early, {s.get('duplicates', 0)} dup, {missing} missing"
 
 
 def rows(now: dict[str, Any], before: dict[str, Any]) -> list[tuple[str, str, str]]:
