@@ -82,6 +82,8 @@ def test_ready_lines_name_the_endpoints_and_a_working_demo_key(stack: RunningSta
     assert stack.ready["Tenant demo API key: "] == DEMO_KEY
     status, body, _ = stack.request("GET", "/tenant", key=DEMO_KEY)
     assert status == 200
+    secret = body.pop("webhook_secret")
+    assert secret.startswith("whsec_")
     assert body == {
         "tenant": "demo",
         "callback_queue_url": stack.ready["Tenant demo callback queue: "],
@@ -92,6 +94,7 @@ def test_ready_lines_name_the_endpoints_and_a_working_demo_key(stack: RunningSta
         "tenant": "demo",
         "api_key": DEMO_KEY,
         "callback_queue_url": body["callback_queue_url"],
+        "webhook_secret": secret,
     }
 
 
