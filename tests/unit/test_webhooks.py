@@ -7,6 +7,7 @@ tests/integration/test_webhooks.py.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -221,6 +222,34 @@ def test_a_hanging_endpoint_is_a_timeout(server: WebhookServer) -> None:
     url = server.on("/slow", 200, hold=threading.Event())
     got = http_target.post(url, b"{}", {}, allow_loopback=True, timeout_s=0.3)
     assert got.error == "timeout"
+
+
+def test_a_trickling_endpoint_is_cut_at_the_attempts_timeout() -> None:
+    """Each read gets a byte in time; the attempt as a whole still ends (the watchdog)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65_536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\n")
+            while not stop.is_set():
+                try:
+                    conn.sendall(b"X")  # a header that never ends
+                except OSError:
+                    return
+                stop.wait(0.05)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/"
+        got = http_target.post(url, b"{}", {}, allow_loopback=True, timeout_s=0.5)
+        assert got.error == "timeout"
+    finally:
+        stop.set()
+        listener.close()
 
 
 # ---------------------------------------------------------------- deliver, with fakes

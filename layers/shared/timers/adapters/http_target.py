@@ -14,9 +14,11 @@ Only the standard library: the delivery function needs nothing more in its layer
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -109,6 +111,12 @@ def post(
         conn = _PinnedHTTPSConnection(host, port, addresses[0], allow_loopback, left, _TLS)
     else:
         conn = _PinnedHTTPConnection(host, port, addresses[0], allow_loopback, left)
+    # Socket timeouts bound each read, not the whole answer (a server may trickle bytes): a
+    # watchdog shuts the socket down when the attempt's time is up.
+    cut = threading.Event()
+    watchdog = threading.Timer(max(0.1, timeout_s - (clock() - started)), _abort, (conn, cut))
+    watchdog.daemon = True
+    watchdog.start()
     try:
         conn.putrequest("POST", path, skip_accept_encoding=True)
         sent = {k.lower(): v for k, v in headers.items()}
@@ -122,12 +130,25 @@ def post(
             conn.sock.settimeout(max(0.1, timeout_s - (clock() - started)))
         response = conn.getresponse()
         response.read(RESPONSE_BODY_MAX)  # read a little (keeps some servers happy), drop it
+        if cut.is_set():
+            return Attempt(error="timeout")  # the watchdog cut a trickle short
         return Attempt(status=response.status)
     except _Blocked:
         return Attempt(error="blocked_address")
     except TimeoutError:
         return Attempt(error="timeout")
     except (OSError, http.client.HTTPException, ssl.SSLError, ValueError):
+        if cut.is_set():
+            return Attempt(error="timeout")  # the watchdog ended it
         return Attempt(error="connection_error")
     finally:
+        watchdog.cancel()
         conn.close()
+
+
+def _abort(conn: Any, cut: threading.Event) -> None:
+    cut.set()
+    sock = getattr(conn, "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
