@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -381,3 +382,25 @@ def test_a_message_without_its_attributes_is_dead_lettered(
     broken = Message("m1", "rh", "{}", {"fire_id": "x"})
     assert deliver(broken, d).verdict == "invalid"
     assert [reason for _, reason in dead] == ["invalid_message"]
+
+
+def test_the_sample_event_is_what_the_handler_reads(
+    deps: tuple[DeliveryDeps, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """events/delivery.json (``sam local invoke DeliveryFunction -e``) parses into a message
+    with everything delivery needs, and a retry becomes a batch item failure."""
+    from functions.delivery import app
+    from ops.local.context import LambdaContext
+
+    event = json.loads((Path(__file__).resolve().parents[2] / "events/delivery.json").read_text())
+    (message,) = [Message.from_record(r) for r in event["Records"]]
+    assert message.attributes["tenant"] == "demo"
+    assert Webhook.from_json(message.attributes["target"]).url.startswith("https://")
+    d, _ = deps
+    d.post = lambda url, body, headers: Attempt(503)
+    visibility: list[int] = []
+    monkeypatch.setattr(app, "deps", lambda: d)
+    monkeypatch.setattr(app, "_retry_later", lambda record, seconds: visibility.append(seconds))
+    answer = app.handler(event, LambdaContext(function_name="delivery"))
+    assert answer == {"batchItemFailures": [{"itemIdentifier": message.message_id}]}
+    assert visibility == [2]  # the first retry's backoff, jitter 0: 2.5 s rounded
