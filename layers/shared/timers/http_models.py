@@ -71,7 +71,7 @@ class TargetIn(_Strict):
     headers: dict[str, str] | None = Field(
         None,
         description="HTTP target: up to 10 extra request headers (not webhook-*, host, "
-        "content-length, content-type, transfer-encoding or connection)",
+        "content-length, transfer-encoding or connection; content-type is always application/json)",
     )
 
 

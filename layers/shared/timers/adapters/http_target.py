@@ -119,7 +119,7 @@ def post(
     watchdog.start()
     try:
         conn.putrequest("POST", path, skip_accept_encoding=True)
-        sent = {k.lower(): v for k, v in headers.items()}
+        sent = {k.lower(): v for k, v in headers.items() if k.lower() != "content-type"}
         sent.setdefault("user-agent", USER_AGENT)
         for name, value in sent.items():
             conn.putheader(name, value)

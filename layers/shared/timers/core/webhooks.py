@@ -28,9 +28,9 @@ URL_MAX_CHARS = 2_048
 HEADERS_MAX = 10
 HEADER_NAME_MAX = 64
 HEADER_VALUE_MAX = 1_024
-RESERVED_HEADERS = frozenset({"host", "content-length", "content-type", "transfer-encoding",
-                              "connection"})  # fmt: skip
-"""Besides every ``webhook-*`` header: what the service sets itself."""
+RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+"""Besides every ``webhook-*`` header: what the service sets itself, or what would change how
+the request is framed. (A ``content-type`` is accepted and replaced: the body is JSON.)"""
 
 SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 24
