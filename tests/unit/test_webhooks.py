@@ -50,6 +50,11 @@ from timers.delivery import DeliveryDeps, Message, deliver, deliver_batch
         ("https://example.com/hook", {"webhook-id": "x"}, "target.headers.webhook-id"),
         ("https://example.com/hook", {"Host": "evil"}, "target.headers.Host"),
         ("https://example.com/hook", {"Content-Length": "1"}, "target.headers.Content-Length"),
+        (
+            "https://example.com/hook",
+            {"Transfer-Encoding": "x"},
+            "target.headers.Transfer-Encoding",
+        ),
         ("https://example.com/hook", {"X-Bad": "a\r\nb"}, "target.headers.X-Bad"),
         ("https://example.com/hook", {"bad name": "v"}, "target.headers.bad name"),
         ("https://example.com/hook", {f"x-h{i}": "v" for i in range(11)}, "target.headers"),
@@ -178,7 +183,8 @@ def server() -> Iterator[WebhookServer]:
 
 def test_post_sends_the_body_and_headers_and_reads_the_status(server: WebhookServer) -> None:
     url = server.on("/ok", 201)
-    got = http_target.post(url, b'{"a":1}', {"X-Custom": "v"}, allow_loopback=True)
+    headers = {"X-Custom": "v", "Content-Type": "text/plain"}  # ours wins: the body is JSON
+    got = http_target.post(url, b'{"a":1}', headers, allow_loopback=True)
     assert got == Attempt(201)
     (request,) = server.at("/ok")
     assert request.body == b'{"a":1}'
