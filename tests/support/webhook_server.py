@@ -27,6 +27,7 @@ class Endpoint:
     hold: threading.Event | None = None  # answer only once this is set
     hold_timeout_s: float = 30.0
     location: str | None = None  # a Location header (redirect tests)
+    headers: dict[str, str] = field(default_factory=dict)  # more answer headers
 
 
 class WebhookServer:
@@ -54,6 +55,8 @@ class WebhookServer:
                     self.send_response(status)
                     if endpoint.location:
                         self.send_header("Location", endpoint.location)
+                    for name, value in endpoint.headers.items():
+                        self.send_header(name, value)
                     self.send_header("Content-Length", "2")
                     self.end_headers()
                     self.wfile.write(b"ok")

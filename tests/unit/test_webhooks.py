@@ -371,6 +371,22 @@ def test_a_target_at_its_cap_is_deferred_without_an_attempt(
     assert isinstance(d.records, Records) and d.records.states == {}
 
 
+def test_retry_after_lengthens_the_backoff_up_to_the_cap(
+    server: WebhookServer, deps: tuple[DeliveryDeps, Any]
+) -> None:
+    d, _ = deps
+    url = server.on("/busy", 429)
+    server.endpoints["/busy"].headers["Retry-After"] = "120"
+    outcome = deliver(message(url), d)
+    assert (outcome.verdict, outcome.retry_in_s) == ("retry", 120)  # not the 2.5 s backoff
+    server.endpoints["/busy"].headers["Retry-After"] = "999999"
+    outcome = deliver(message(url, "tmr_b:1", "7/1 tmr_b@001"), d)
+    assert outcome.retry_in_s == BACKOFF_MAX_S
+    server.endpoints["/busy"].headers["Retry-After"] = "Wed, 21 Oct 2026 07:28:00 GMT"
+    outcome = deliver(message(url, "tmr_c:1", "7/1 tmr_c@001"), d)
+    assert outcome.retry_in_s == 2  # an HTTP date is not read: the backoff (2.5 s) applies
+
+
 def test_a_settled_fire_is_not_posted_again(
     server: WebhookServer, deps: tuple[DeliveryDeps, Any]
 ) -> None:

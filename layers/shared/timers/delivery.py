@@ -35,8 +35,8 @@ from timers.core.webhooks import (
     Attempt,
     DeliveryState,
     Webhook,
-    backoff_s,
     gives_up,
+    retry_wait_s,
     signed_headers,
     verdict,
 )
@@ -150,7 +150,7 @@ def deliver(message: Message, deps: DeliveryDeps) -> Outcome:
         after = _with(after, delivered_ms=now)
         outcome = Outcome("delivered")
     elif result == "retry" and not gives_up(after.first_ms or now, now, deps.retry_for_ms):
-        wait = backoff_s(after.attempts, deps.jitter())
+        wait = retry_wait_s(after.attempts, deps.jitter(), attempt.retry_after_s)
         outcome = Outcome("retry", retry_in_s=max(1, round(wait)), reason=attempt.label)
     else:
         reason = attempt.label

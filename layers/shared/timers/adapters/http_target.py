@@ -24,7 +24,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from timers.core.webhooks import ATTEMPT_TIMEOUT_S, RESPONSE_BODY_MAX, Attempt, address_allowed
+from timers.core.webhooks import (
+    ATTEMPT_TIMEOUT_S,
+    RESPONSE_BODY_MAX,
+    Attempt,
+    address_allowed,
+    parse_retry_after,
+)
 
 Resolver = Callable[[str, int], list[str]]
 USER_AGENT = "timers-webhooks/1"
@@ -132,7 +138,8 @@ def post(
         response.read(RESPONSE_BODY_MAX)  # read a little (keeps some servers happy), drop it
         if cut.is_set():
             return Attempt(error="timeout")  # the watchdog cut a trickle short
-        return Attempt(status=response.status)
+        retry_after = parse_retry_after(response.getheader("retry-after"))
+        return Attempt(status=response.status, retry_after_s=retry_after)
     except _Blocked:
         return Attempt(error="blocked_address")
     except TimeoutError:

@@ -203,6 +203,7 @@ class Attempt:
 
     status: int | None = None  # the answer's status; None: no answer
     error: str | None = None  # timeout | connection_error | blocked_address | invalid_target
+    retry_after_s: int | None = None  # the answer's Retry-After (seconds), if it gave one
 
     @property
     def label(self) -> str:
@@ -254,6 +255,19 @@ def backoff_s(retry: int, jitter: float) -> float:
     failed together spread out instead of arriving together again."""
     ceiling = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** min(max(retry - 1, 0), 30))
     return ceiling / 2 + ceiling / 2 * jitter
+
+
+def retry_wait_s(retry: int, jitter: float, retry_after_s: int | None) -> float:
+    """The backoff, or longer when the endpoint asked for it (Retry-After on a 429 or 503),
+    never past BACKOFF_MAX_S."""
+    return min(BACKOFF_MAX_S, max(backoff_s(retry, jitter), float(retry_after_s or 0)))
+
+
+def parse_retry_after(value: str | None) -> int | None:
+    """Retry-After in delay-seconds form (an HTTP date is ignored: the backoff applies)."""
+    if value is None or not value.strip().isdigit():
+        return None
+    return int(value.strip())
 
 
 def gives_up(first_attempt_ms: int, now_ms: int, retry_for_ms: int = RETRY_FOR_MS) -> bool:
