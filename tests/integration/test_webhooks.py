@@ -25,7 +25,15 @@ from ops.local.context import LambdaContext
 from ops.local.queues import sqs_event
 from ops.local.spec import QueueSourceSpec
 from tests.integration.api_harness import SETTINGS
-from tests.integration.test_trigger import Rig, after, rig, until_armed  # noqa: F401 - fixture
+from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
+    LAPSE_MS,
+    Kill,
+    Rig,
+    after,
+    kill_at,
+    rig,
+    until_armed,
+)
 from tests.support.clock import T0
 from tests.support.webhook_server import WebhookServer, webhook_server
 from timers.adapters import http_target, tenants
@@ -332,3 +340,26 @@ def test_a_rotated_secret_and_the_old_one_both_sign_during_the_window(
         standardwebhooks.Webhook(secret).verify(request.body, request.headers)
     # after the window only the new one signs
     assert tenants.signing_secrets("acme", d.rig.clock() + 3_600_001) == [rotated.webhook_secret]
+
+
+@pytest.mark.parametrize("step", ["claimed", "sent", "recorded"])
+def test_a_trigger_killed_around_the_send_still_posts_each_fire_once(
+    delivery: Delivery, step: str
+) -> None:
+    """The fire path's duplicate window (killed after the send, before the record) puts the
+    fire on the delivery queue twice; the delivery record lets only the first one POST."""
+    d, server = delivery, delivery.server
+    url = server.on("/once", 200)
+    made = d.rig.api.create(schedule=after(1), target={"url": url})
+    d.rig.clock.now = T0 + 1_010
+    with pytest.raises(Kill):
+        d.rig.run(hooks=kill_at(step), delivery_queue_url=d.queue)
+    if step != "claimed":  # it was sent: deliver that copy now
+        assert d.handle(d.receive()) == []
+    d.rig.clock.advance(LAPSE_MS)
+    d.rig.run_until_idle(delivery_queue_url=d.queue)
+    while messages := d.receive():
+        assert d.handle(messages) == []
+    assert len(server.at("/once")) == 1
+    (fire,) = d.history(made["id"])
+    assert (fire["status"], fire["attempts"], fire["last_status"]) == ("enqueued", 1, 200)
