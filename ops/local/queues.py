@@ -6,7 +6,9 @@ SQS event Lambda would build, then delete what succeeded. An invocation that fai
 whole batch on the queue (back after the visibility timeout); with ``ReportBatchItemFailures``
 only the ``batchItemFailures`` stay. Batches run concurrently up to ScalingConfig's
 MaximumConcurrency (else the function's sandbox count), and the poller never holds messages
-it has no sandbox for.
+it has no sandbox for. Like Lambda's poller it scales up gradually: at most one batch more than
+the function has sandboxes, so a burst waits for one cold start at a time instead of holding
+messages while many sandboxes start at once on a small machine.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ POLL_WAIT_S = 1  # long poll: an idle queue costs a request a second
 
 class Invoker(Protocol):
     def invoke(self, event: Any) -> Outcome: ...
+    def sandboxes(self) -> int: ...
 
 
 def sqs_event(records: Sequence[Mapping[str, Any]], source: QueueSourceSpec, region: str) -> Any:
@@ -108,7 +111,7 @@ class QueuePoller:
             self._pools.append(pool)
             thread = threading.Thread(
                 target=self._poll,
-                args=(source, pool, threading.BoundedSemaphore(width)),
+                args=(source, pool, _Slots(width, self._invokers[source.function])),
                 name=f"poller:{source.name}",
                 daemon=True,
             )
@@ -125,9 +128,7 @@ class QueuePoller:
         for pool in self._pools:
             pool.shutdown(wait=False, cancel_futures=True)
 
-    def _poll(
-        self, source: QueueSourceSpec, pool: ThreadPoolExecutor, free: threading.BoundedSemaphore
-    ) -> None:
+    def _poll(self, source: QueueSourceSpec, pool: ThreadPoolExecutor, free: _Slots) -> None:
         while not self._stop.is_set():
             if not free.acquire(timeout=0.5):
                 continue  # every batch slot busy: leave the messages on the queue
@@ -166,7 +167,7 @@ class QueuePoller:
         self,
         source: QueueSourceSpec,
         messages: list[dict[str, Any]],
-        free: threading.BoundedSemaphore,
+        free: _Slots,
     ) -> None:
         try:
             invoker = self._invokers[source.function]
@@ -185,3 +186,28 @@ class QueuePoller:
                 self._report(f"{source.name}: batch failed: {exc}")
         finally:
             free.release()
+
+
+class _Slots:
+    """Batches in flight: at most ``width``, and at most one more than the started sandboxes."""
+
+    def __init__(self, width: int, invoker: Invoker) -> None:
+        self._width = width
+        self._invoker = invoker
+        self._busy = 0
+        self._cond = threading.Condition()
+
+    def _limit(self) -> int:
+        return max(1, min(self._width, self._invoker.sandboxes() + 1))
+
+    def acquire(self, timeout: float) -> bool:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._busy < self._limit(), timeout):
+                return False
+            self._busy += 1
+            return True
+
+    def release(self) -> None:
+        with self._cond:
+            self._busy -= 1
+            self._cond.notify_all()
