@@ -15,6 +15,7 @@ SAM_ENV := $(if $(PY312),PYENV_VERSION=$(PY312))
 help:
 	@echo "make run       - the whole service on this machine (API_PORT, AWS_PORT, REDIS_PORT)"
 	@echo "make demo      - with make run going: create timers and watch their callbacks arrive"
+	@echo "                 (TIMERS_ALLOW_LOOPBACK_TARGETS=1 make run: and a webhook too)"
 	@echo "make test      - the whole suite (real redis-server, moto); installs what it needs"
 	@echo "make bench     - benchmarks, ~30 min (QUICK=1: ~10 min) -> bench/results/latest.json"
 	@echo "make lint      - ruff + mypy"
@@ -46,12 +47,13 @@ demo: venv
 test: venv
 	$(BIN)/pytest -n 2 -q
 
-# Engine (Redis path vs the naive design), cost per fire (counted units x list prices), and
-# fire lag on the local stack; each merges its section into bench/results/latest.json.
+# Engine (Redis path vs the naive design), cost per fire (counted units x list prices), fire
+# lag and webhook lag on the local stack; each merges its section into bench/results/latest.json.
 bench: venv
 	QUICK=$(QUICK) $(BIN)/python -m bench.engine
 	QUICK=$(QUICK) $(BIN)/python -m bench.cost
 	QUICK=$(QUICK) $(BIN)/python -m bench.e2e
+	QUICK=$(QUICK) $(BIN)/python -m bench.webhooks
 	@$(BIN)/python -m bench.report
 
 lint: venv

@@ -8,6 +8,9 @@
     queue disallow NAME QUEUE_URL        take that back
     tenant show NAME                     print the tenant
     tenant spread NAME BUCKETS           how many buckets NAME's new timers share (default 8)
+    webhook rotate NAME [--window-hours H]
+                                         a new webhook signing secret; the old one keeps
+                                         signing for H hours (default 24; 0 ends it now)
 
 The target is the local stack (``ENV=local``, default: the running ``make run``, else
 ``AWS_PORT``, default 4566) or the deployed stack named in samconfig.toml (``ENV=aws``), whose
@@ -123,6 +126,16 @@ def run(target: Target, argv: Sequence[str]) -> dict[str, Any]:
         case ("queue", "allow"):
             tenant = tenants.allow_queue(args.name, args.queue_url)
             return {"tenant": tenant.name, "allowed_queue_urls": sorted(tenant.allowed_queue_urls)}
+        case ("webhook", "rotate"):
+            window_ms = int(args.window_hours * 3_600_000)
+            tenant = tenants.rotate_secret(args.name, now_ms(), window_ms)
+            return {
+                "tenant": tenant.name,
+                "webhook_secret": tenant.webhook_secret,
+                "previous_valid_until_ms": max(
+                    (until for _, until in tenant.webhook_secrets[1:] if until), default=None
+                ),
+            }
         case ("queue", "disallow"):
             tenant = tenants.disallow_queue(args.name, args.queue_url)
             return {"tenant": tenant.name, "allowed_queue_urls": sorted(tenant.allowed_queue_urls)}
@@ -152,6 +165,10 @@ def _parser() -> argparse.ArgumentParser:
         p = queue.add_parser(verb)
         p.add_argument("name")
         p.add_argument("queue_url")
+    webhook = nouns.add_parser("webhook").add_subparsers(dest="verb", required=True)
+    rotate = webhook.add_parser("rotate", help="a new signing secret, the old one still signs")
+    rotate.add_argument("name")
+    rotate.add_argument("--window-hours", type=float, default=24.0)
     return parser
 
 

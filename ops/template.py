@@ -6,6 +6,7 @@ from what ``sam deploy`` creates.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -84,15 +85,27 @@ def create_tables(dynamodb: Any, names: dict[str, str] | None = None) -> None:
             )
 
 
-def create_queues(sqs: Any) -> None:
+def create_queues(sqs: Any, account: str = "123456789012") -> None:
     """Create every SQS queue of the template, named by its logical id (as the local stack's
-    template resolver assumes), through a boto3 SQS client."""
-    for logical_id, props in resources("AWS::SQS::Queue").items():
-        attributes = {
+    template resolver assumes), through a boto3 SQS client; dead-letter queues first, so a
+    redrive policy names a queue that exists."""
+    queues = resources("AWS::SQS::Queue")
+    region = sqs.meta.region_name
+    for logical_id, props in sorted(queues.items(), key=lambda q: "RedrivePolicy" in q[1]):
+        attributes: dict[str, str] = {
             key: str(props[key]).lower() if isinstance(props[key], bool) else str(props[key])
             for key in ("FifoQueue", "VisibilityTimeout", "MessageRetentionPeriod", "DelaySeconds")
             if key in props
         }
+        redrive = props.get("RedrivePolicy")
+        if redrive:
+            target = redrive["deadLetterTargetArn"]
+            dlq = target.value.split(".")[0] if isinstance(target, Tag) else str(target)
+            if dlq in queues:
+                dlq = f"arn:aws:sqs:{region}:{account}:{dlq}"
+            attributes["RedrivePolicy"] = json.dumps(
+                {"deadLetterTargetArn": dlq, "maxReceiveCount": int(redrive["maxReceiveCount"])}
+            )
         name = logical_id + (".fifo" if props.get("FifoQueue") else "")
         sqs.create_queue(QueueName=name, Attributes=attributes)
 

@@ -89,7 +89,7 @@ TIMER_HEADERS = ("ID", "STATUS", "SCHEDULE", "NEXT FIRE", "FIRES", "NAME")
 def show_timer(timer: Any) -> str:
     data = asdict(timer)
     data["schedule"] = schedule_text(timer.schedule)
-    data["target"] = timer.target.get("queue_url")
+    data["target"] = timer.target.get("queue_url") or timer.target.get("url")
     data["payload"] = json.dumps(timer.payload)
     width = max(len(k) for k in data)
     return "\n".join(f"{k.ljust(width)}  {'-' if v is None else v}" for k, v in data.items())
@@ -108,8 +108,17 @@ def _schedule(args: argparse.Namespace) -> dict[str, Any]:
     return cron(args.cron, args.tz)
 
 
+def header_value(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError("expected 'Name: value'")
+    return name.strip(), value.strip()
+
+
 def cmd_create(client: Client, args: argparse.Namespace) -> Any:
     target = {"queue_url": args.queue_url} if args.queue_url else None
+    if args.url:
+        target = {"url": args.url, **({"headers": dict(args.header)} if args.header else {})}
     timer = client.create(
         _schedule(args), name=args.name, start_at=args.start, end_at=args.end,
         max_fires=args.max_fires, target=target, payload=args.payload, misfire=args.misfire,
@@ -246,7 +255,11 @@ def parser() -> argparse.ArgumentParser:
     create.add_argument("--name")
     create.add_argument("--payload", type=json_value, help="any JSON value, delivered verbatim")
     create.add_argument("--misfire", choices=["fire_once", "fire_all", "skip"])
-    create.add_argument("--queue-url", help="target queue (default: the tenant's)")
+    where = create.add_mutually_exclusive_group()
+    where.add_argument("--queue-url", help="target queue (default: the tenant's)")
+    where.add_argument("--url", help="HTTP target: POST there, signed (Standard Webhooks)")
+    create.add_argument("--header", type=header_value, action="append",
+                        help="with --url: 'Name: value', repeatable")  # fmt: skip
     create.add_argument("--idempotency-key")
     create.set_defaults(run=cmd_create)
 

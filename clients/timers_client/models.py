@@ -47,6 +47,9 @@ class Fire:
     lag_ms: int | None
     status: str
     reason: str | None = None
+    delivered_at: str | None = None  # HTTP targets: when a POST got a 2xx
+    attempts: int | None = None  # HTTP targets: POSTs made
+    last_status: int | None = None  # HTTP targets: the last answer's status
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Fire:
@@ -71,6 +74,7 @@ class Tenant:
     tenant: str
     callback_queue_url: str
     retention_days: int
+    webhook_secret: str | None = None  # whsec_...: verify HTTP callbacks with it
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Tenant:

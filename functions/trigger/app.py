@@ -95,6 +95,7 @@ def deps() -> TriggerDeps:
         lookahead_ms=settings.lookahead_seconds * 1000,
         retention_ms=settings.fire_retention_days * DAY_MS,
         sleep=time.sleep,
+        delivery_queue_url=settings.delivery_queue_url,
     )
 
 

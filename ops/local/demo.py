@@ -1,14 +1,19 @@
 """``make demo``: create a few timers on the running local stack and watch their callbacks.
 
-Uses only what a tenant has: the API (with the demo key) and the demo callback queue.
+Uses only what a tenant has: the API (with the demo key), the demo callback queue, and - when
+the stack allows loopback targets (``TIMERS_ALLOW_LOOPBACK_TARGETS=1 make run``) - a webhook
+endpoint of its own on 127.0.0.1, whose POST it verifies with the tenant's secret.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
+import urllib.error
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import boto3
@@ -30,6 +35,84 @@ def _api(base: str, key: str, method: str, path: str, body: Any = None) -> Any:
     with urllib.request.urlopen(request, timeout=30) as response:
         text = response.read()
     return json.loads(text) if text else None
+
+
+class _Hooks:
+    """A webhook endpoint on 127.0.0.1 that keeps what it receives."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[dict[str, str], bytes]] = []
+        self.arrived = threading.Event()
+        hooks = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                hooks.received.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                hooks.arrived.set()
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+
+def _verify(secret: str, headers: dict[str, str], body: bytes) -> str:
+    try:
+        import standardwebhooks
+    except ImportError:
+        return "not checked (pip install standardwebhooks)"
+    try:
+        standardwebhooks.Webhook(secret).verify(body, headers)
+    except standardwebhooks.WebhookVerificationError as exc:
+        return f"INVALID ({exc})"
+    return "valid (standardwebhooks)"
+
+
+def webhook_demo(base: str, key: str) -> bool | None:
+    """POST a fire to our own endpoint; None when the stack refuses loopback targets."""
+    hooks = _Hooks()
+    body = {
+        "name": "webhook after 1 s",
+        "schedule": {"type": "after", "seconds": 1},
+        "target": {"url": hooks.url, "headers": {"X-Demo": "yes"}},
+        "payload": {"demo": "webhook"},
+    }
+    try:
+        created = _api(base, key, "POST", "/timers", body)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 400:
+            print(
+                "\nwebhook demo skipped: the stack refuses loopback targets; start it with"
+                " `TIMERS_ALLOW_LOOPBACK_TARGETS=1 make run` to see one arrive"
+            )
+            return None
+        raise
+    secret = _api(base, key, "GET", "/tenant")["webhook_secret"]
+    print(f"\ncreated {created['id']}  {'webhook after 1 s':<20} POST to {hooks.url}")
+    if not hooks.arrived.wait(WAIT_S):
+        print("no webhook arrived")
+        return False
+    headers, raw = hooks.received[0]
+    sent = json.loads(raw)
+    lag = _now_ms() - parse_ms(sent["scheduled_at"])
+    print(
+        f"webhook   {sent['name']:<20} scheduled {sent['scheduled_at']}  received ~{lag} ms"
+        f" after; webhook-id {headers.get('webhook-id')}"
+    )
+    print(f"          signature {_verify(secret, headers, raw)}; X-Demo: {headers.get('x-demo')}")
+    time.sleep(0.5)  # let the delivery record land
+    (fire,) = _api(base, key, "GET", f"/timers/{created['id']}/fires")["items"]
+    print(
+        f"          fire history: status {fire['status']}, attempts {fire['attempts']},"
+        f" last_status {fire['last_status']}, delivered_at {fire['delivered_at']}"
+    )
+    hooks.server.shutdown()
+    return True
 
 
 def main() -> int:
@@ -86,7 +169,8 @@ def main() -> int:
         f"\n{len(lags)} of {expected} callbacks; lag min {lags[0] if lags else '-'} ms,"
         f" max {lags[-1] if lags else '-'} ms; {early} early"
     )
-    return 0 if len(lags) == expected and early == 0 else 1
+    webhook = webhook_demo(base, key)
+    return 0 if len(lags) == expected and early == 0 and webhook is not False else 1
 
 
 if __name__ == "__main__":

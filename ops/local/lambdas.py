@@ -210,7 +210,13 @@ class FunctionPool:
         self._events = ThreadPoolExecutor(concurrency, thread_name_prefix=f"{spec.name}-event")
         self._lock = threading.Lock()
         self._workers: set[Worker] = set()
+        self._starting = 0  # sandboxes importing their handler (a cold start)
         self._closed = False
+
+    def sandboxes(self) -> int:
+        """Sandboxes ready (busy or idle), not counting those still starting."""
+        with self._lock:
+            return len(self._workers) - self._starting
 
     def warm(self) -> Outcome | None:
         """Start one sandbox now; None if the handler imports, else its init error."""
@@ -223,7 +229,12 @@ class FunctionPool:
         worker = Worker(self.spec, self._env, self._log)
         with self._lock:
             self._workers.add(worker)
-        failure = worker.wait_ready()
+            self._starting += 1
+        try:
+            failure = worker.wait_ready()
+        finally:
+            with self._lock:
+                self._starting -= 1
         if failure is not None:
             self._forget(worker)
             return None, failure

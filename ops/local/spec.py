@@ -14,7 +14,7 @@ import re
 import shlex
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -100,12 +100,27 @@ class ScheduleSpec:
 
 
 @dataclass(frozen=True)
+class QueueSourceSpec:
+    """An SQS event source: the local stack polls the queue as Lambda's poller would."""
+
+    function: str
+    name: str  # <function>.<event>
+    queue_url: str
+    queue_arn: str
+    batch_size: int
+    window_s: float  # MaximumBatchingWindowInSeconds
+    report_failures: bool  # FunctionResponseTypes: [ReportBatchItemFailures]
+    max_concurrency: int | None  # ScalingConfig.MaximumConcurrency
+
+
+@dataclass(frozen=True)
 class StackSpec:
     stack_name: str
     region: str
     functions: dict[str, FunctionSpec]
     routes: list[Route]  # most specific first
     schedules: list[ScheduleSpec]
+    queue_sources: list[QueueSourceSpec] = field(default_factory=list)
 
     def route(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
         """The route that serves ``method path`` and its path parameters; None when no route
@@ -302,6 +317,7 @@ def load_stack(
     functions: dict[str, FunctionSpec] = {}
     routes: list[Route] = []
     schedules: list[ScheduleSpec] = []
+    sources: list[QueueSourceSpec] = []
     apis = template.resources("AWS::Serverless::HttpApi", path)
     for name, props in template.resources("AWS::Serverless::Function", path).items():
         functions[name] = _function(name, props, globals_, resolve, local_env, path.parent)
@@ -320,8 +336,33 @@ def load_stack(
                 expression = p.get("Schedule") or p.get("ScheduleExpression")
                 rule = f"{name}.{event_name}"
                 schedules.append(ScheduleSpec(name, rule, expression, p.get("Input")))
+            elif event["Type"] == "SQS":
+                if p.get("Enabled", True) is False:
+                    continue
+                sources.append(_queue_source(name, event_name, p, resolve))
     routes.sort(key=Route.precedence)
-    return StackSpec(stack_name, region, functions, routes, schedules)
+    return StackSpec(stack_name, region, functions, routes, schedules, sources)
+
+
+def _queue_source(
+    function: str, event_name: str, props: dict[str, Any], resolve: Resolver
+) -> QueueSourceSpec:
+    where = f"{function}.{event_name}"
+    queue = props.get("Queue")
+    if not (isinstance(queue, Tag) and queue.name == "GetAtt"):
+        raise TemplateError(f"{where}: Queue must be !GetAtt <a queue of the template>.Arn")
+    name = queue.value.split(".")[0] if isinstance(queue.value, str) else queue.value[0]
+    scaling = props.get("ScalingConfig", {}).get("MaximumConcurrency")
+    return QueueSourceSpec(
+        function=function,
+        name=where,
+        queue_url=resolve.ref(name),
+        queue_arn=resolve.get_att(f"{name}.Arn"),
+        batch_size=int(props.get("BatchSize", 10)),
+        window_s=float(props.get("MaximumBatchingWindowInSeconds", 0)),
+        report_failures="ReportBatchItemFailures" in props.get("FunctionResponseTypes", []),
+        max_concurrency=int(resolve(scaling)) if scaling is not None else None,
+    )
 
 
 def _http_api_route(

@@ -31,6 +31,7 @@ from ops import admin, template
 from ops.local import state
 from ops.local.gateway import Gateway
 from ops.local.lambdas import FunctionPool, sandbox_env
+from ops.local.queues import QueuePoller
 from ops.local.schedules import Scheduler, scheduled_event
 from ops.local.spec import ScheduleSpec, StackSpec, TemplateError, load_stack
 from ops.offline import LOCAL_CREDENTIALS
@@ -102,6 +103,7 @@ class LocalStack:
         self.gateway: Gateway | None = None
         self.gateway_thread: threading.Thread | None = None
         self.scheduler: Scheduler | None = None
+        self.poller: QueuePoller | None = None
         self.demo: dict[str, Any] = {}
         self._aws = boto3.Session()
 
@@ -129,6 +131,15 @@ class LocalStack:
             raise StackError(f"port {c.api_port} (API_PORT): {exc.strerror}") from None
         self.gateway_thread = self.gateway.serve_in_background()
         self.demo = self._ensure_demo_tenant()
+        self.poller = QueuePoller(
+            spec.queue_sources,
+            self._aws.client("sqs", endpoint_url=c.aws_endpoint),
+            self.pools,
+            spec.region,
+            c.concurrency,
+            self.say,
+        )
+        self.poller.start()
         self.scheduler = Scheduler(spec.schedules, self._fire_schedule(spec))
         self.scheduler.start()
         state.write(
@@ -156,6 +167,8 @@ class LocalStack:
             "AWS_ENDPOINT_URL_LAMBDA": self.config.api_endpoint,
             "AWS_SAM_LOCAL": "true",  # as `sam local` sets it: powertools skips X-Ray
             **LOCAL_CREDENTIALS,
+            # Loopback webhook targets (tests, make demo): only if the stack was started with it.
+            **{k: v for k, v in os.environ.items() if k == "TIMERS_ALLOW_LOOPBACK_TARGETS"},
         }
 
     def _read_template(self) -> StackSpec:
@@ -254,6 +267,8 @@ class LocalStack:
                 return "the HTTP gateway stopped"
             if self.scheduler and not self.scheduler.thread.is_alive():
                 return "the scheduler stopped"
+            if self.poller and not self.poller.alive():
+                return "an SQS event source poller stopped"
         return None
 
     def stop(self) -> None:
@@ -262,6 +277,8 @@ class LocalStack:
         steps: list[Callable[[], None]] = [state.remove]
         if self.scheduler:
             steps.append(self.scheduler.stop)
+        if self.poller:
+            steps.append(self.poller.stop)
         if self.gateway:
             steps += [self.gateway.shutdown, self.gateway.server_close]
         steps += [pool.close for pool in self.pools.values()]

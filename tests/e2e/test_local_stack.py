@@ -16,10 +16,12 @@ from typing import Any
 
 import boto3
 import pytest
+import standardwebhooks
 from botocore.exceptions import ClientError
 
 from tests.support.callbacks import drain
 from tests.support.local_stack import RunningStack, admin, start_stack
+from tests.support.webhook_server import webhook_server
 from timers.core.times import format_ms
 
 pytestmark = pytest.mark.e2e
@@ -30,7 +32,11 @@ DELIVERY_TIMEOUT_S = 60.0
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
-    running = start_stack(tmp_path_factory.mktemp("stack"), TIMERS_DEMO_API_KEY=DEMO_KEY)
+    running = start_stack(
+        tmp_path_factory.mktemp("stack"),
+        TIMERS_DEMO_API_KEY=DEMO_KEY,
+        TIMERS_ALLOW_LOOPBACK_TARGETS="1",  # webhooks to this test's own server
+    )
     try:
         running.wait_ready()
         yield running
@@ -76,6 +82,8 @@ def test_ready_lines_name_the_endpoints_and_a_working_demo_key(stack: RunningSta
     assert stack.ready["Tenant demo API key: "] == DEMO_KEY
     status, body, _ = stack.request("GET", "/tenant", key=DEMO_KEY)
     assert status == 200
+    secret = body.pop("webhook_secret")
+    assert secret.startswith("whsec_")
     assert body == {
         "tenant": "demo",
         "callback_queue_url": stack.ready["Tenant demo callback queue: "],
@@ -86,6 +94,7 @@ def test_ready_lines_name_the_endpoints_and_a_working_demo_key(stack: RunningSta
         "tenant": "demo",
         "api_key": DEMO_KEY,
         "callback_queue_url": body["callback_queue_url"],
+        "webhook_secret": secret,
     }
 
 
@@ -242,3 +251,52 @@ def test_state_file_is_private(stack: RunningStack) -> None:
     state = Path(stack.env["LOCAL_STATE_DIR"]) / "stack.json"
     assert state.stat().st_mode & 0o077 == 0
     assert json.loads(state.read_text())["demo"]["api_key"] == DEMO_KEY
+
+
+def test_make_run_delivers_a_signed_webhook_through_the_delivery_queue(
+    stack: RunningStack,
+) -> None:
+    """The trigger puts the fire on the delivery queue; the stack's SQS event source poller
+    hands it to the delivery function, which POSTs it here (loopback allowed by the setting)."""
+    with webhook_server() as server:
+        url = server.on("/hook", 503, 200)  # one retry, then delivered
+        status, made, _ = stack.request(
+            "POST",
+            "/timers",
+            key=DEMO_KEY,
+            body={
+                "schedule": {"type": "after", "seconds": 1},
+                "target": {"url": url, "headers": {"X-Test": "e2e"}},
+                "payload": {"hello": "webhook"},
+            },
+        )
+        assert status == 201, made
+        assert server.wait_for("/hook", 1, DELIVERY_TIMEOUT_S), "no POST arrived"
+        first = server.at("/hook")[0]
+        _, tenant, _ = stack.request("GET", "/tenant", key=DEMO_KEY)
+        body = standardwebhooks.Webhook(tenant["webhook_secret"]).verify(first.body, first.headers)
+        assert body["timer_id"] == made["id"] and body["payload"] == {"hello": "webhook"}
+        assert first.headers["x-test"] == "e2e"
+        # the 503 is retried after its backoff (seconds), then the fire shows delivered
+        assert server.wait_for("/hook", 2, DELIVERY_TIMEOUT_S), "the 503 was not retried"
+        deadline = time.monotonic() + DELIVERY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            _, fires, _ = stack.request("GET", f"/timers/{made['id']}/fires", key=DEMO_KEY)
+            (fire,) = fires["items"]
+            if fire["delivered_at"] is not None:
+                break
+            time.sleep(0.2)  # the record lands just after the POST's answer
+        assert (fire["status"], fire["attempts"], fire["last_status"]) == ("enqueued", 2, 200)
+
+
+def test_without_the_setting_loopback_targets_are_refused(local_stack: RunningStack) -> None:
+    key = admin(local_stack, "tenant", "create", "loopback-check")["api_key"]
+    status, body, _ = local_stack.request(
+        "POST",
+        "/timers",
+        key=key,
+        body={"schedule": {"type": "after", "seconds": 60},
+              "target": {"url": "http://127.0.0.1:9/hook"}},
+    )  # fmt: skip
+    assert status == 400 and body["error"]["code"] == "validation_error"
+    assert body["error"]["details"][0]["field"] == "target.url"

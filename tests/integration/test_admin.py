@@ -20,7 +20,28 @@ def test_create_tenant_makes_queue_record_and_a_working_key(target: admin.Target
     assert out["callback_queue_url"].endswith("/timers-tenant-acme")
     assert out["api_key"].startswith("tk_")
     assert boto3.client("sqs").get_queue_url(QueueName="timers-tenant-acme")["QueueUrl"]
-    assert tenants.authenticate(out["api_key"]) == tenants.Tenant("acme", out["callback_queue_url"])
+    tenant = tenants.authenticate(out["api_key"])
+    assert tenant is not None
+    assert (tenant.name, tenant.callback_queue_url) == ("acme", out["callback_queue_url"])
+    assert out["webhook_secret"] == tenant.webhook_secret
+    assert tenant.webhook_secret is not None and tenant.webhook_secret.startswith("whsec_")
+
+
+def test_webhook_rotate_keeps_the_old_secret_signing_for_the_window(
+    target: admin.Target,
+) -> None:
+    old = admin.run(target, ["tenant", "create", "acme"])["webhook_secret"]
+    out = admin.run(target, ["webhook", "rotate", "acme", "--window-hours", "2"])
+    assert out["webhook_secret"] != old and out["webhook_secret"].startswith("whsec_")
+    until = out["previous_valid_until_ms"]
+    assert until is not None
+    assert tenants.signing_secrets("acme", until - 1) == [out["webhook_secret"], old]
+    assert tenants.signing_secrets("acme", until) == [out["webhook_secret"]]
+    shown = admin.run(target, ["tenant", "show", "acme"])
+    assert shown["webhook_secret"] == out["webhook_secret"]
+    # a second rotation retires the first secret at once (only the last one overlaps)
+    third = admin.run(target, ["webhook", "rotate", "acme", "--window-hours", "0"])
+    assert tenants.signing_secrets("acme", until - 1) == [third["webhook_secret"]]
 
 
 def test_keys_are_stored_hashed(target: admin.Target) -> None:

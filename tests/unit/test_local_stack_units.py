@@ -26,6 +26,7 @@ def test_every_template_function_runs_with_its_handler_code_and_environment() ->
         "MigratorFunction",
         "FanoutFunction",
         "TriggerFunction",
+        "DeliveryFunction",
     }
     fanout = stack.functions["FanoutFunction"]
     assert (fanout.module, fanout.attr) == ("app", "handler")

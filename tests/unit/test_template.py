@@ -15,7 +15,7 @@ from pynamodb.models import Model
 
 from ops import template
 from timers.adapters import claims, idempotency, tenants, timers_table, wakeups
-from timers.config import Settings
+from timers.config import LOCAL_ONLY, Settings
 
 FUNCTIONS = template.resources("AWS::Serverless::Function")
 TABLES = template.resources("AWS::DynamoDB::Table")
@@ -92,7 +92,26 @@ def test_every_setting_is_configured_by_the_template() -> None:
     env = dict(doc["Globals"]["Function"]["Environment"]["Variables"])
     for props in FUNCTIONS.values():
         env.update(props.get("Environment", {}).get("Variables", {}))
-    assert {f.name.upper() for f in fields(Settings)} <= set(env)
+    assert {f.name.upper() for f in fields(Settings) if f.name not in LOCAL_ONLY} <= set(env)
+
+
+def test_the_template_never_allows_loopback_webhook_targets() -> None:
+    text = template.TEMPLATE.read_text()
+    for name in LOCAL_ONLY:
+        assert f"{name.upper()}:" not in text
+
+
+def test_the_delivery_function_reads_its_queue_as_lambda_would_and_reaches_the_internet() -> None:
+    props = FUNCTIONS["DeliveryFunction"]
+    assert "VpcConfig" not in props  # the private VPC has no internet path
+    assert "VpcConfig" not in template.load()["Globals"]["Function"]
+    for name in ("ApiFunction", "MigratorFunction", "FanoutFunction", "TriggerFunction"):
+        assert "VpcConfig" in FUNCTIONS[name]
+    event = props["Events"]["Deliveries"]
+    assert event["Type"] == "SQS"
+    assert event["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    queue = template.resources("AWS::SQS::Queue")["DeliveryQueue"]
+    assert queue["VisibilityTimeout"] >= 6 * props["Timeout"]
 
 
 def test_ingress_is_an_http_api_with_a_catch_all_route_to_the_api_function() -> None:

@@ -6,6 +6,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+LOCAL_ONLY = frozenset({"timers_allow_loopback_targets"})
+"""Settings the deployed template must never set (tests/unit/test_template.py checks)."""
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -22,6 +25,12 @@ class Settings:
     fire_retention_days: int = 30
     trigger_function_name: str = "trigger"
     tenant_queue_prefix: str = "timers-tenant-"
+    delivery_queue_url: str = ""  # HTTP targets' fires go here (the delivery function's queue)
+    delivery_dlq_url: str = ""  # where an undelivered fire's message ends
+    webhook_target_concurrency: int = 8  # POSTs in flight per target origin, all sandboxes
+    # Loopback webhook targets (also over plain http): the local stack, for tests and demos.
+    # The deployed template never sets it.
+    timers_allow_loopback_targets: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -192,6 +192,7 @@ class TriggerDeps:
     hooks: Callable[[Hook], None] | None = None  # crash seams for tests
     new_owner: Callable[[], str] = field(default=lambda: uuid.uuid4().hex[:12])
     lease_limit: int = LEASE_LIMIT
+    delivery_queue_url: str = ""  # HTTP targets' fires are sent here (the delivery function)
 
 
 @dataclass
@@ -343,7 +344,13 @@ class Run:
         self.pending: list[Job] = []  # claimed, waiting for their send instant
         self.next_due: int | None = None  # when the bucket next has something to lease
         self.held_leases: dict[Member, int] = {}  # leased and not yet finished: due times
-        self.sender = Sender(deps.sqs, self.sync.now, deps.sleep, self._may_send)
+        self.sender = Sender(
+            deps.sqs,
+            self.sync.now,
+            deps.sleep,
+            self._may_send,
+            delivery_queue_url=deps.delivery_queue_url,
+        )
         self._hook = deps.hooks or (lambda _: None)
 
     # ------------------------------------------------------------ loop
@@ -445,7 +452,7 @@ class Run:
         firing = [j for j in claimed if j.entry is not None and j.entry.state == "p"]
         for job in firing:
             assert job.decided is not None and job.decided.fire_ms is not None
-            job.delivery = Delivery(job.timer, job.decided.fire_ms)
+            job.delivery = Delivery(job.timer, job.decided.fire_ms, ref=job.ref)
         self.pending = sorted(self.pending + firing, key=lambda j: j.send_at)
         # skipped and already-fired positions need no send: finish them now
         self._finish([j for j in claimed if j.entry is not None and j.entry.finished])
@@ -599,6 +606,7 @@ class Run:
                 fired=job.entry.fired,
                 next=job.entry.next,
                 end=job.entry.end,
+                hook=job.timer.webhook is not None,
             )
             if d.enqueued_ms is not None:
                 self.report.enqueued += 1

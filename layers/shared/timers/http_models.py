@@ -60,7 +60,19 @@ MisfireIn = Literal["fire_once", "fire_all", "skip"]
 
 
 class TargetIn(_Strict):
+    """A queue (``queue_url``) or an HTTP endpoint (``url`` and optional ``headers``)."""
+
     queue_url: str | None = Field(None, description="Default: the tenant's callback queue")
+    url: str | None = Field(
+        None,
+        description="HTTP target: an https:// URL (no credentials, <= 2,048 characters); "
+        "the fire is POSTed there, signed per Standard Webhooks",
+    )
+    headers: dict[str, str] | None = Field(
+        None,
+        description="HTTP target: up to 10 extra request headers (not webhook-*, host, "
+        "content-length, transfer-encoding or connection; content-type is always application/json)",
+    )
 
 
 class TimerCreate(_Strict):
@@ -155,8 +167,16 @@ class EveryOut(_Out):
 ScheduleOut = Annotated[AtOut | AfterOut | CronOut | EveryOut, Field(discriminator="type")]
 
 
-class TargetOut(_Out):
+class QueueTargetOut(_Out):
     queue_url: str
+
+
+class HttpTargetOut(_Out):
+    url: str
+    headers: dict[str, str]
+
+
+TargetOut = QueueTargetOut | HttpTargetOut
 
 
 class TimerOut(_Out):
@@ -193,8 +213,18 @@ class FireOut(_Out):
     scheduled_at: Timestamp
     enqueued_at: Timestamp | None
     lag_ms: int | None
-    status: FireStatus
+    status: FireStatus = Field(
+        description="HTTP targets: enqueued = on the delivery queue or delivered "
+        "(delivered_at), failed = the POSTs gave up (reason, with the last status)"
+    )
     reason: str | None = Field(None, description="Why a fire failed; null otherwise")
+    delivered_at: Timestamp | None = Field(
+        None, description="HTTP targets: when a POST got a 2xx; null otherwise"
+    )
+    attempts: int | None = Field(None, description="HTTP targets: POSTs made; null for queues")
+    last_status: int | None = Field(
+        None, description="HTTP targets: the last answer's HTTP status; null: none yet or no answer"
+    )
 
 
 class FireList(_Out):
@@ -210,6 +240,9 @@ class TenantOut(_Out):
     tenant: str
     callback_queue_url: str
     retention_days: int = Field(description="How long completed timers and fires stay readable")
+    webhook_secret: str | None = Field(
+        description="whsec_...: signs the tenant's HTTP callbacks (Standard Webhooks)"
+    )
 
 
 class HealthOut(_Out):
@@ -258,6 +291,8 @@ def to_spec(body: TimerCreate, payload_json: str) -> TimerSpec:
         end_ms=_ms(body.end_at),
         max_fires=body.max_fires,
         target_queue_url=body.target.queue_url if body.target else None,
+        target_url=body.target.url if body.target else None,
+        target_headers=body.target.headers if body.target else None,
         misfire=body.misfire,
     )
 
@@ -275,7 +310,7 @@ def to_changes(body: TimerPatch, payload_json: str | None) -> dict[str, Any]:
         elif name in _PATCH_FIELDS:
             changes[_PATCH_FIELDS[name]] = _ms(value)
         elif name == "target":
-            changes["target_queue_url"] = value.queue_url if value else None
+            changes["target"] = value.model_dump() if value else None
         elif name == "payload":
             changes["payload_json"] = payload_json
         else:

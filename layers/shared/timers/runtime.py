@@ -89,6 +89,7 @@ def build_runtime(
         retention_ms=settings.fire_retention_days * DAY_MS,
         bucket_count=settings.bucket_count,
         index=RedisIndex(conn, settings.bucket_count),
+        allow_loopback_targets=settings.timers_allow_loopback_targets,
     )
     return Runtime(
         settings=settings,

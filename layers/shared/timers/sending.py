@@ -76,6 +76,7 @@ class Delivery:
     fired_ms: int = 0  # fired_at, stamped per attempt
     enqueued_ms: int | None = None
     failure: str | None = None
+    ref: tuple[str, str] | None = None  # the claim entry (HTTP targets: the delivery record's)
 
     @property
     def id(self) -> str:
@@ -114,12 +115,17 @@ class Sender:
     sleep: Callable[[float], None]
     may_attempt: Callable[[Sequence[Delivery]], bool]
     ambiguous: int = 0  # attempts whose outcome is unknown (SQS may have taken them): retried
+    delivery_queue_url: str = ""  # HTTP targets' fires go to this queue (the delivery function)
 
     def send(self, deliveries: Sequence[Delivery]) -> None:
         """Send every callback; sets ``enqueued_ms`` or ``failure`` on each one sent."""
         by_queue: dict[str, list[Delivery]] = {}
         for d in deliveries:
-            by_queue.setdefault(d.timer.target_queue_url, []).append(d)
+            if d.timer.webhook is not None and not self.delivery_queue_url:
+                d.failure = "no delivery queue configured for HTTP targets"
+                continue
+            queue = self.delivery_queue_url if d.timer.webhook else d.timer.target_queue_url
+            by_queue.setdefault(queue, []).append(d)
         lanes: list[tuple[str, list[list[Delivery]]]] = []
         for queue_url, queued in by_queue.items():
             batches = batched(queued)
@@ -204,6 +210,8 @@ def batched(deliveries: Sequence[Delivery]) -> list[list[Delivery]]:
     size = 0
     for d in deliveries:
         need = len(d.timer.payload_json.encode()) + 1_024  # body envelope + attribute
+        if d.timer.webhook is not None:
+            need += len(d.timer.webhook.to_json().encode()) + 256  # the delivery attributes
         if not batches or len(batches[-1]) == 10 or size + need > SQS_BATCH_BYTES:
             batches.append([])
             size = 0
@@ -218,6 +226,16 @@ def _entry(d: Delivery, index: int, fifo: bool) -> dict[str, Any]:
         "MessageBody": callback_body(d.timer, d.fire_ms, d.fired_ms),
         "MessageAttributes": {"fire_id": {"DataType": "String", "StringValue": d.id}},
     }
+    if d.timer.webhook is not None and d.ref is not None:
+        # The body is exactly what the delivery function POSTs; where to, and whose, rides in
+        # attributes (docs/webhooks.md).
+        attributes = entry["MessageAttributes"]
+        for name, value in (
+            ("target", d.timer.webhook.to_json()),
+            ("tenant", d.timer.tenant),
+            ("claim", f"{d.ref[0]} {d.ref[1]}"),
+        ):
+            attributes[name] = {"DataType": "String", "StringValue": value}
     if fifo:
         entry["MessageDeduplicationId"] = d.id
         entry["MessageGroupId"] = d.timer.id

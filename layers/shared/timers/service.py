@@ -45,6 +45,7 @@ from timers.core.schedule import Misfire, Plan, Schedule, is_recurring, preview
 from timers.core.timer import Timer
 from timers.core.times import format_ms
 from timers.core.views import fire_view, timer_view
+from timers.core.webhooks import Webhook, validate_target
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,8 @@ class TimerSpec:
     end_ms: int | None = None
     max_fires: int | None = None
     target_queue_url: str | None = None
+    target_url: str | None = None  # an HTTP target (then target_queue_url is None)
+    target_headers: dict[str, str] | None = None
     misfire: Misfire = "fire_once"
 
 
@@ -89,6 +92,7 @@ class TimerService:
     retention_ms: int
     bucket_count: int
     index: DueIndex | None = None
+    allow_loopback_targets: bool = False  # the local stack only (TIMERS_ALLOW_LOOPBACK_TARGETS)
 
     # ---------------------------------------------------------------- create
 
@@ -128,11 +132,15 @@ class TimerService:
         return self._create_once(tenant, idempotency_key, specs, built, single)
 
     def _build(self, tenant: Tenant, spec: TimerSpec, timer_id: str, now: int) -> Timer:
+        queue_url, webhook = self._targets(
+            tenant, spec.target_queue_url, spec.target_url, spec.target_headers
+        )
         timer = timers.create(
             tenant.name,
             timer_id,
             schedule=spec.schedule,
-            target_queue_url=self._target(tenant, spec.target_queue_url),
+            target_queue_url=queue_url,
+            webhook=webhook,
             payload_json=spec.payload_json,
             now_ms=now,
             misfire=spec.misfire,
@@ -197,6 +205,31 @@ class TimerService:
             except Exception:  # the migrator puts them in from DynamoDB; this only costs time
                 log.warning("fast path failed; the migrator will catch up", exc_info=True)
 
+    def _targets(
+        self,
+        tenant: Tenant,
+        queue_url: str | None,
+        url: str | None,
+        headers: dict[str, str] | None,
+    ) -> tuple[str, Webhook | None]:
+        """(queue URL, None) for a queue target, ("", webhook) for an HTTP target."""
+        if url is None:
+            if headers is not None:
+                raise InvalidInput(
+                    "headers need an HTTP target",
+                    [FieldError("target.headers", "only with target.url")],
+                )
+            return self._target(tenant, queue_url), None
+        if queue_url is not None:
+            raise InvalidInput(
+                "a target is a queue or a URL, not both",
+                [FieldError("target", "give either queue_url or url")],
+            )
+        webhook, errors = validate_target(url, headers, self.allow_loopback_targets)
+        if webhook is None:
+            raise InvalidInput("invalid HTTP target", errors)
+        return "", webhook
+
     def _target(self, tenant: Tenant, queue_url: str | None) -> str:
         if queue_url is None:
             return tenant.callback_queue_url
@@ -246,8 +279,18 @@ class TimerService:
         [(fires, more)] = drive(
             [history(timer.partition, timer.id, start, limit)], self.claims.read
         )
+        hooks = [entry_ref(timer.partition, timer.id, pos) for pos, entry in fires if entry.hook]
+        deliveries = self.claims.read_deliveries(hooks) if hooks else {}
         return {
-            "items": [fire_view(timer.id, pos, entry) for pos, entry in fires],
+            "items": [
+                fire_view(
+                    timer.id,
+                    pos,
+                    entry,
+                    deliveries.get(entry_ref(timer.partition, timer.id, pos)),
+                )
+                for pos, entry in fires
+            ],
             "next_cursor": _encode_cursor(None if more is None else str(more), tenant, scope),
         }
 
@@ -277,11 +320,12 @@ class TimerService:
     # ---------------------------------------------------------------- change
 
     def patch(self, tenant: Tenant, timer_id: str, changes: dict[str, Any]) -> dict[str, Any]:
-        if "target_queue_url" in changes:
-            changes = {
-                **changes,
-                "target_queue_url": self._target(tenant, changes["target_queue_url"]),
-            }
+        if "target" in changes:
+            target = changes.pop("target") or {}
+            queue_url, webhook = self._targets(
+                tenant, target.get("queue_url"), target.get("url"), target.get("headers")
+            )
+            changes = {**changes, "target_queue_url": queue_url, "webhook": webhook}
         return self._change(tenant, timer_id, lambda t, now: timers.patch(t, changes, now))
 
     def pause(self, tenant: Tenant, timer_id: str) -> dict[str, Any]:
@@ -388,11 +432,18 @@ def _retry_on_conflict(attempt: Callable[[], T]) -> T:
     return attempt()
 
 
+_ADDED_LATER = ("target_url", "target_headers")  # left out while unset: old hashes still match
+
+
+def _fields(spec: TimerSpec) -> dict[str, Any]:
+    return {k: v for k, v in spec.__dict__.items() if not (k in _ADDED_LATER and v is None)}
+
+
 def _fingerprint(specs: Sequence[TimerSpec], single: bool) -> str:
     canonical = json.dumps(
         {
             "single": single,
-            "timers": [{**s.__dict__, "schedule": repr(s.schedule)} for s in specs],
+            "timers": [{**_fields(s), "schedule": repr(s.schedule)} for s in specs],
         },
         sort_keys=True,
         default=str,

@@ -17,6 +17,7 @@ import boto3
 from botocore.exceptions import ClientError
 
 from timers.core.chain import Entry, EntryRef
+from timers.core.webhooks import DeliveryState
 
 CHUNK = 50
 """Entries per conditional write. DynamoDB allows ~100 (each entry costs two of the 300
@@ -38,6 +39,7 @@ _FIELDS = {  # Entry field -> (map key, DynamoDB type)
     "fired": ("f", "N"),
     "next": ("nx", "N"),
     "end": ("e", "BOOL"),
+    "hook": ("h", "BOOL"),
 }
 _NAMES = {f"#{key}": key for key, _ in _FIELDS.values()}
 
@@ -61,6 +63,42 @@ def from_item_value(value: Mapping[str, Any]) -> Entry:
             raw = fields[key][kind]
             kwargs[name] = int(raw) if kind == "N" else raw
     return Entry(**kwargs)
+
+
+_DELIVERY_FIELDS = {  # DeliveryState field -> (map key, DynamoDB type)
+    "attempts": ("a", "N"),
+    "first_ms": ("t0", "N"),
+    "last_ms": ("t", "N"),
+    "last_status": ("ls", "N"),
+    "last_error": ("le", "S"),
+    "delivered_ms": ("dv", "N"),
+    "failed": ("x", "S"),
+}
+
+
+def delivery_name(entry_name: str) -> str:
+    """The delivery record of an HTTP fire sits beside its entry, in an attribute of its own:
+    the trigger rewrites whole entries, and never this one (docs/webhooks.md)."""
+    return f"w:{entry_name}"
+
+
+def delivery_to_item_value(state: DeliveryState) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for name, (key, kind) in _DELIVERY_FIELDS.items():
+        value = getattr(state, name)
+        if value is not None:
+            fields[key] = {kind: value if kind == "S" else str(value)}
+    return {"M": fields}
+
+
+def delivery_from_item_value(value: Mapping[str, Any]) -> DeliveryState:
+    fields = value["M"]
+    kwargs: dict[str, Any] = {}
+    for name, (key, kind) in _DELIVERY_FIELDS.items():
+        if key in fields:
+            raw = fields[key][kind]
+            kwargs[name] = int(raw) if kind == "N" else raw
+    return DeliveryState(**kwargs)
 
 
 class ClaimStore:
@@ -112,6 +150,77 @@ class ClaimStore:
                     if name in item:
                         found[(key, name)] = from_item_value(item[name])
         return found
+
+    def read_deliveries(self, refs: Iterable[EntryRef]) -> dict[EntryRef, DeliveryState]:
+        """The delivery records of these positions' HTTP fires (absent ones left out)."""
+        wanted: dict[str, set[str]] = {}
+        for key, name in refs:
+            wanted.setdefault(key, set()).add(delivery_name(name))
+        found: dict[EntryRef, DeliveryState] = {}
+        keys = sorted(wanted)
+        for start in range(0, len(keys), BATCH_GET):
+            chunk = keys[start : start + BATCH_GET]
+            names = sorted({n for key in chunk for n in wanted[key]})
+            request: dict[str, Any] = {
+                "Keys": [{"k": {"S": key}} for key in chunk],
+                "ProjectionExpression": ", ".join(["k", *(f"#p{i}" for i in range(len(names)))]),
+                "ExpressionAttributeNames": {f"#p{i}": n for i, n in enumerate(names)},
+            }
+            for item in self._batch_get(request):
+                key = item["k"]["S"]
+                for name in wanted.get(key, ()):
+                    if name in item:
+                        found[(key, name[2:])] = delivery_from_item_value(item[name])
+        return found
+
+    def read_delivery(self, ref: EntryRef) -> DeliveryState | None:
+        """One fire's delivery record (consistent), None before its first attempt."""
+        key, name = ref
+        response = self.client.get_item(
+            TableName=self.table,
+            Key={"k": {"S": key}},
+            ConsistentRead=True,
+            ProjectionExpression="#w",
+            ExpressionAttributeNames={"#w": delivery_name(name)},
+        )
+        value = response.get("Item", {}).get(delivery_name(name))
+        return None if value is None else delivery_from_item_value(value)
+
+    def write_delivery(
+        self, ref: EntryRef, state: DeliveryState, previous: DeliveryState | None
+    ) -> bool:
+        """Store a delivery record, only over the one read before (``previous``): two copies
+        of a message handled at once cannot both count their attempt as the same one."""
+        key, name = ref
+        if previous is None:
+            condition = "attribute_not_exists(#w)"
+            values: dict[str, Any] = {}
+        else:
+            condition = "#w.#a = :prev"
+            values = {":prev": {"N": str(previous.attempts)}}
+        try:
+            self.client.update_item(
+                TableName=self.table,
+                Key={"k": {"S": key}},
+                UpdateExpression=(
+                    f"SET #w = :v, {TTL_ATTRIBUTE} = if_not_exists({TTL_ATTRIBUTE}, :ttl)"
+                ),
+                ConditionExpression=condition,
+                ExpressionAttributeNames={
+                    "#w": delivery_name(name),
+                    **({"#a": "a"} if previous is not None else {}),
+                },
+                ExpressionAttributeValues={
+                    **values,
+                    ":v": delivery_to_item_value(state),
+                    ":ttl": {"N": str(self.expires_at(key))},
+                },
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
 
     def _batch_get(self, request: dict[str, Any]) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []

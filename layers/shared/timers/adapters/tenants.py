@@ -1,6 +1,8 @@
 """Tenants and their API keys (DynamoDB, one table keyed by ``pk``).
 
 - ``TENANT#<name>``: the tenant, its callback queue and the extra queues it may target.
+  It also holds the tenant's webhook signing secrets (``whsec_...``, newest first; during a
+  rotation the previous one signs too until its ``until``).
 - ``KEY#<sha256 of the key>``: one API key. Keys are stored only as hashes and never logged;
   the ``key_id`` (first characters of the key) lets an operator tell keys apart.
 """
@@ -8,6 +10,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +22,7 @@ from pynamodb.models import Model
 from timers.config import Settings
 from timers.core.errors import FieldError, InvalidInput, NotFound
 from timers.core.timer import TENANT_NAME
+from timers.core.webhooks import new_secret
 
 DEFAULT_RATE_LIMIT_PER_S = 50
 DEFAULT_SPREAD = 8
@@ -26,6 +30,8 @@ DEFAULT_SPREAD = 8
 occupies at most this many Redis buckets and claim items per second. A tenant whose bursts
 exceed ~50 timers per partition and second (a claim write's chunk) gets more."""
 KEY_PREFIX = "tk_"
+ROTATION_WINDOW_MS = 24 * 3_600_000
+"""How long a rotated-out webhook secret keeps signing: consumers switch within it."""
 AUTH_CACHE_MS = 30_000
 """An api instance remembers a key's tenant this long: a revoked key stops working within it."""
 
@@ -41,6 +47,8 @@ class TenantItem(Model):
     rate_limit_per_s = NumberAttribute(default=DEFAULT_RATE_LIMIT_PER_S)
     spread = NumberAttribute(default=DEFAULT_SPREAD)
     created_ms = NumberAttribute()
+    # JSON list, newest first: [{"s": "whsec_...", "until": ms or null}, ...]
+    webhook_secrets = UnicodeAttribute(null=True)
 
 
 class ApiKeyItem(Model):
@@ -65,6 +73,16 @@ class Tenant:
     allowed_queue_urls: frozenset[str] = field(default_factory=frozenset)
     rate_limit_per_s: int = DEFAULT_RATE_LIMIT_PER_S
     spread: int = DEFAULT_SPREAD
+    webhook_secrets: tuple[tuple[str, int | None], ...] = ()  # (secret, until), newest first
+
+    @property
+    def webhook_secret(self) -> str | None:
+        """The current secret (what GET /v1/tenant shows)."""
+        return self.webhook_secrets[0][0] if self.webhook_secrets else None
+
+    def signing_secrets(self, now_ms: int) -> list[str]:
+        """Every secret that signs now: the current one, and one rotated out within its window."""
+        return [s for s, until in self.webhook_secrets if until is None or until > now_ms]
 
     def may_target(self, queue_url: str) -> bool:
         return queue_url == self.callback_queue_url or queue_url in self.allowed_queue_urls
@@ -85,7 +103,24 @@ def _to_tenant(item: TenantItem) -> Tenant:
         allowed_queue_urls=frozenset(item.allowed_queue_urls or ()),
         rate_limit_per_s=int(item.rate_limit_per_s),
         spread=int(item.spread),
+        webhook_secrets=_secrets(item.webhook_secrets),
     )
+
+
+def _secrets(text: str | None) -> tuple[tuple[str, int | None], ...]:
+    if not text:
+        return ()
+    return tuple((str(e["s"]), e.get("until")) for e in json.loads(text))
+
+
+def _secrets_json(entries: tuple[tuple[str, int | None], ...]) -> str:
+    return json.dumps([{"s": s, "until": until} for s, until in entries])
+
+
+def signing_secrets(name: str, now_ms: int) -> list[str]:
+    """The secrets that sign a tenant's webhooks now (none: no such tenant)."""
+    tenant = get_tenant(name)
+    return tenant.signing_secrets(now_ms) if tenant else []
 
 
 def get_tenant(name: str) -> Tenant | None:
@@ -148,11 +183,37 @@ def put_tenant(name: str, callback_queue_url: str, now_ms: int) -> Tenant:
     validate_name(name)
     existing = get_tenant(name)
     if existing:
+        if existing.webhook_secret is None:  # a tenant from before webhooks: give it one
+            return rotate_secret(name, now_ms, window_ms=0)
         return existing
+    secret = ((new_secret(), None),)
     TenantItem(
-        _tenant_pk(name), name=name, callback_queue_url=callback_queue_url, created_ms=now_ms
+        _tenant_pk(name),
+        name=name,
+        callback_queue_url=callback_queue_url,
+        created_ms=now_ms,
+        webhook_secrets=_secrets_json(secret),
     ).save(condition=TenantItem.pk.does_not_exist())
-    return Tenant(name=name, callback_queue_url=callback_queue_url)
+    return Tenant(name=name, callback_queue_url=callback_queue_url, webhook_secrets=secret)
+
+
+def rotate_secret(name: str, now_ms: int, window_ms: int = ROTATION_WINDOW_MS) -> Tenant:
+    """A new current webhook secret; the previous one keeps signing for ``window_ms`` (both
+    signatures are sent meanwhile), older ones stop. Conditional on the secrets read, so two
+    rotations at once cannot lose one."""
+    item = _get_item(name)
+    before = item.webhook_secrets
+    current = _secrets(before)
+    kept = [(s, now_ms + window_ms) for s, until in current[:1] if window_ms > 0]
+    entries = ((new_secret(), None), *kept)
+    condition = (
+        TenantItem.webhook_secrets.does_not_exist()
+        if before is None
+        else TenantItem.webhook_secrets == before
+    )
+    item.update(actions=[TenantItem.webhook_secrets.set(_secrets_json(entries))],
+                condition=condition)  # fmt: skip
+    return _to_tenant(item)
 
 
 def add_key(name: str, now_ms: int, api_key: str | None = None) -> str:
@@ -203,4 +264,8 @@ def _get_item(name: str) -> TenantItem:
 
 
 def summary(tenant: Tenant) -> dict[str, Any]:
-    return {"tenant": tenant.name, "callback_queue_url": tenant.callback_queue_url}
+    return {
+        "tenant": tenant.name,
+        "callback_queue_url": tenant.callback_queue_url,
+        "webhook_secret": tenant.webhook_secret,
+    }

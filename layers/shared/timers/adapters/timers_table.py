@@ -26,6 +26,7 @@ from pynamodb.models import Model
 from timers.core.errors import ConcurrentUpdate
 from timers.core.schedule import is_recurring, schedule_from_dict, schedule_to_dict
 from timers.core.timer import Timer
+from timers.core.webhooks import Webhook
 
 INLINE_PAYLOAD_BYTES = 512
 """Payloads up to this size sit in the timer item (a timer item then stays within 1 KB: one
@@ -55,7 +56,8 @@ class TimerItem(Model):
     start_ms = NumberAttribute(null=True)
     end_ms = NumberAttribute(null=True)
     max_fires = NumberAttribute(null=True)
-    target = UnicodeAttribute()  # the target queue URL
+    target = UnicodeAttribute()  # the target queue URL (an HTTP target: its URL)
+    webhook = UnicodeAttribute(null=True)  # an HTTP target: {"url", "headers"} as JSON
     payload = UnicodeAttribute(null=True)  # None: in the payload item
     misfire = UnicodeAttribute()
     status = UnicodeAttribute()
@@ -114,7 +116,8 @@ def to_timer(item: TimerItem, payload: str | None = None) -> Timer:
         id=item.timer_id,
         schedule=schedule_from_dict(json.loads(item.schedule)),
         anchor_ms=int(item.anchor_ms),
-        target_queue_url=item.target,
+        target_queue_url="" if item.webhook else item.target,
+        webhook=Webhook.from_json(item.webhook) if item.webhook else None,
         payload_json=item.payload if item.payload is not None else (payload or "null"),
         misfire=item.misfire,  # type: ignore[arg-type]
         name=item.name,
@@ -173,7 +176,8 @@ class TimerStore:
             start_ms=timer.start_ms,
             end_ms=timer.end_ms,
             max_fires=timer.max_fires,
-            target=timer.target_queue_url,
+            target=timer.webhook.url if timer.webhook else timer.target_queue_url,
+            webhook=timer.webhook.to_json() if timer.webhook else None,
             payload=None if _external(timer) else timer.payload_json,
             misfire=timer.misfire,
             status=timer.status,

@@ -119,6 +119,7 @@ class Entry:
     fired: int | None = None  # the occurrence fired, when not the position itself (misfire)
     next: int | None = None  # the next position, when not the plan's next (misfire jump)
     end: bool = False  # the chain ends here: the timer is done
+    hook: bool = False  # sent to an HTTP target (the delivery queue): see delivery records
 
     def lapsed(self, now_ms: int) -> bool:
         return self.state == "p" and (self.until or 0) < now_ms - LAPSE_MARGIN_MS

@@ -27,6 +27,7 @@ from timers.core.schedule import (
     schedule_to_dict,
     validate_plan,
 )
+from timers.core.webhooks import Webhook
 
 Status = Literal["active", "paused", "completed"]
 STATUSES: tuple[Status, ...] = ("active", "paused", "completed")
@@ -75,6 +76,7 @@ class Timer:
     rev: int = 0  # revision: 0 until first stored, then +1 per change (optimistic concurrency)
     partition: int = 0  # fixed at creation (timers.core.chain.partition_for)
     expires_ms: int | None = None  # when a completed timer is deleted (retention)
+    webhook: Webhook | None = None  # an HTTP target (then target_queue_url is "")
 
     @property
     def plan(self) -> Plan:
@@ -136,6 +138,7 @@ def create(
     start_ms: int | None = None,
     end_ms: int | None = None,
     max_fires: int | None = None,
+    webhook: Webhook | None = None,
 ) -> Timer:
     timer = Timer(
         tenant=tenant,
@@ -151,6 +154,7 @@ def create(
         max_fires=max_fires,
         created_ms=now_ms,
         updated_ms=now_ms,
+        webhook=webhook,
     )
     _check_plan(timer.plan, now_ms, schedule_changed=True)
     return _settle(timer, first_fire(timer.plan))
@@ -229,6 +233,8 @@ def to_card(timer: Timer) -> str:
         "p": timer.payload_json,
         "b": timer.partition,
     }
+    if timer.webhook is not None:
+        body["w"] = timer.webhook.to_dict()
     return f"{timer.rev}|{json.dumps(body, separators=(',', ':'), ensure_ascii=False)}"
 
 
@@ -249,4 +255,7 @@ def from_card(tenant: str, timer_id: str, card: str) -> Timer:
         max_fires=body["mx"],
         rev=int(rev),
         partition=body["b"],
+        webhook=Webhook(body["w"]["url"], tuple(body["w"]["headers"].items()))
+        if body.get("w")
+        else None,
     )

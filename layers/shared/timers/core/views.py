@@ -9,6 +9,7 @@ from timers.core.chain import Entry
 from timers.core.schedule import schedule_to_dict
 from timers.core.timer import Timer, fire_id
 from timers.core.times import format_ms
+from timers.core.webhooks import DeliveryState
 
 STATUS_OF: dict[str, str] = {"p": "pending", "d": "enqueued", "f": "failed"}
 
@@ -26,7 +27,9 @@ def timer_view(timer: Timer) -> dict[str, Any]:
         "start_at": _time(timer.start_ms),
         "end_at": _time(timer.end_ms),
         "max_fires": timer.max_fires,
-        "target": {"queue_url": timer.target_queue_url},
+        "target": timer.webhook.to_dict()
+        if timer.webhook
+        else {"queue_url": timer.target_queue_url},
         "payload": json.loads(timer.payload_json),
         "misfire": timer.misfire,
         "status": timer.status,
@@ -38,15 +41,27 @@ def timer_view(timer: Timer) -> dict[str, Any]:
     }
 
 
-def fire_view(timer_id: str, pos: int, entry: Entry) -> dict[str, Any]:
-    """One fire from its claim entry at chain position ``pos``."""
+def fire_view(
+    timer_id: str, pos: int, entry: Entry, delivery: DeliveryState | None = None
+) -> dict[str, Any]:
+    """One fire from its claim entry at chain position ``pos`` and, for an HTTP target, its
+    delivery record: ``enqueued`` means on the delivery queue (or delivered: ``delivered_at``),
+    ``failed`` that the POSTs gave up (``reason`` says why, with the last status)."""
     scheduled = entry.fired if entry.fired is not None else pos
     enqueued = entry.enqueued if entry.state == "d" else None
+    status, reason = STATUS_OF[entry.state], entry.reason
+    http = entry.hook or delivery is not None
+    if delivery is not None and delivery.failed is not None:
+        status, reason = "failed", delivery.failed
     return {
         "fire_id": fire_id(timer_id, scheduled),
         "scheduled_at": format_ms(scheduled),
         "enqueued_at": _time(enqueued),
         "lag_ms": None if enqueued is None else enqueued - scheduled,
-        "status": STATUS_OF[entry.state],
-        "reason": entry.reason,  # why a fire failed; null otherwise
+        "status": status,
+        "reason": reason,  # why a fire failed; null otherwise
+        # HTTP targets only (null for a queue target)
+        "delivered_at": _time(delivery.delivered_ms) if delivery else None,
+        "attempts": (delivery.attempts if delivery else 0) if http else None,
+        "last_status": delivery.last_status if delivery else None,
     }

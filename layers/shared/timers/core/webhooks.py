@@ -1,0 +1,275 @@
+"""HTTP targets: the pure rules - what a target may be, how a POST is signed, which addresses
+are refused, what an answer means, and when to try again. No I/O here (see
+timers.adapters.http_target for the POST, timers.delivery for the delivery function).
+
+Signatures follow the Standard Webhooks specification (https://www.standardwebhooks.com):
+``webhook-id`` is the fire id, ``webhook-timestamp`` the attempt's Unix seconds, and
+``webhook-signature`` one ``v1,<base64 HMAC-SHA256 of "id.timestamp.body">`` per valid secret,
+space-separated, so a consumer verifies with the ``standardwebhooks`` package.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import ipaddress
+import json
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import urlsplit
+
+from timers.core.errors import FieldError
+
+URL_MAX_CHARS = 2_048
+HEADERS_MAX = 10
+HEADER_NAME_MAX = 64
+HEADER_VALUE_MAX = 1_024
+RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+"""Besides every ``webhook-*`` header: what the service sets itself, or what would change how
+the request is framed. (A ``content-type`` is accepted and replaced: the body is JSON.)"""
+
+SECRET_PREFIX = "whsec_"
+SECRET_BYTES = 24
+
+ATTEMPT_TIMEOUT_S = 10.0
+"""One POST (connect, send, answer) ends within this; longer is a timeout, retried."""
+
+RETRY_FOR_MS = 24 * 3_600_000
+"""A fire is retried until its first attempt is this old (the contract: at least 24 h)."""
+
+BACKOFF_FIRST_S = 5.0
+BACKOFF_MAX_S = 3_600.0
+"""Retry n waits about BACKOFF_FIRST_S * 2^(n-1), at most BACKOFF_MAX_S (an hour), jittered."""
+
+RESPONSE_BODY_MAX = 4_096
+"""Bytes of an answer's body read (then dropped: never stored nor logged)."""
+
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 header field name
+_VALUE = re.compile(r"^[\t\x20-\x7e\x80-\xff]*$")  # no CR, LF or other controls
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """An HTTP target: POST to ``url`` with the user's extra ``headers``."""
+
+    url: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {"url": self.url, "headers": dict(self.headers)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> Webhook:
+        body = json.loads(text)
+        return cls(body["url"], tuple((str(k), str(v)) for k, v in body.get("headers", {}).items()))
+
+    @property
+    def origin(self) -> str:
+        """scheme://host:port - the unit of the per-target concurrency cap."""
+        parts = urlsplit(self.url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
+
+
+def is_loopback_host(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host.lower() == "localhost"
+
+
+def validate_target(
+    url: object, headers: object, allow_loopback: bool = False
+) -> tuple[Webhook | None, list[FieldError]]:
+    """The webhook, or what is wrong with it (fields ``target.url``, ``target.headers``).
+
+    HTTPS only, no credentials, at most URL_MAX_CHARS; ``http://`` is accepted only for a
+    loopback host when the deployment allows loopback targets (the local stack, for tests).
+    Addresses are checked again at delivery, where the name is resolved.
+    """
+    errors: list[FieldError] = []
+    if not isinstance(url, str) or not url:
+        return None, [FieldError("target.url", "must be an https:// URL")]
+    if len(url) > URL_MAX_CHARS:
+        errors.append(FieldError("target.url", f"must be at most {URL_MAX_CHARS} characters"))
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        return None, [FieldError("target.url", "is not a valid URL")]
+    if parts.scheme not in ("https", "http") or not host:
+        errors.append(FieldError("target.url", "must be an https:// URL with a host"))
+    elif parts.scheme == "http" and not (allow_loopback and is_loopback_host(host)):
+        errors.append(FieldError("target.url", "must use https"))
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        errors.append(FieldError("target.url", "must not contain credentials"))
+    if any(c.isspace() or ord(c) < 0x20 for c in url) or parts.fragment:
+        errors.append(FieldError("target.url", "must not contain whitespace or a fragment"))
+    pairs: list[tuple[str, str]] = []
+    if headers is not None:
+        if not isinstance(headers, Mapping):
+            errors.append(FieldError("target.headers", "must be an object of strings"))
+        else:
+            if len(headers) > HEADERS_MAX:
+                errors.append(FieldError("target.headers", f"at most {HEADERS_MAX} headers"))
+            seen: set[str] = set()
+            for name, value in headers.items():
+                where = f"target.headers.{name}"
+                low = str(name).lower()
+                if not isinstance(name, str) or not _TOKEN.match(name):
+                    errors.append(FieldError(where, "is not a valid header name"))
+                elif len(name) > HEADER_NAME_MAX:
+                    errors.append(FieldError(where, f"name over {HEADER_NAME_MAX} characters"))
+                elif low.startswith("webhook-") or low in RESERVED_HEADERS:
+                    errors.append(FieldError(where, "is set by the service"))
+                elif low in seen:
+                    errors.append(FieldError(where, "appears twice"))
+                elif not isinstance(value, str) or not _VALUE.match(value):
+                    errors.append(FieldError(where, "must be a string without line breaks"))
+                elif len(value) > HEADER_VALUE_MAX:
+                    errors.append(FieldError(where, f"over {HEADER_VALUE_MAX} characters"))
+                else:
+                    pairs.append((name, value))
+                seen.add(low)
+    if errors:
+        return None, errors
+    return Webhook(url, tuple(pairs)), []
+
+
+# ---------------------------------------------------------------- signatures
+
+
+def new_secret() -> str:
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
+
+
+def _key(secret: str) -> bytes:
+    raw = secret.removeprefix(SECRET_PREFIX)
+    return base64.b64decode(raw)
+
+
+def signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    """One ``v1,<base64>`` entry: HMAC-SHA256 of ``id.timestamp.body`` under ``secret``."""
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    digest = hmac.new(_key(secret), signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode()
+
+
+def signed_headers(
+    secrets_: Sequence[str], msg_id: str, timestamp: int, body: bytes
+) -> dict[str, str]:
+    """The three Standard Webhooks headers; one signature per valid secret (a rotation)."""
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": " ".join(signature(s, msg_id, timestamp, body) for s in secrets_),
+    }
+
+
+# ---------------------------------------------------------------- addresses
+
+
+def address_allowed(address: str, allow_loopback: bool = False) -> bool:
+    """Only public unicast addresses: no loopback (unless allowed), private, link-local (the
+    cloud metadata endpoints 169.254.169.254 and fd00:ec2::254 among them), shared (CGNAT),
+    multicast, reserved or unspecified ones."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_loopback:
+        return allow_loopback
+    return ip.is_global and not ip.is_multicast
+
+
+# ---------------------------------------------------------------- outcomes and retries
+
+Verdict = Literal["delivered", "retry", "failed"]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """How one POST went: the HTTP status, or the error that stood in for one."""
+
+    status: int | None = None  # the answer's status; None: no answer
+    error: str | None = None  # timeout | connection_error | blocked_address | invalid_target
+    retry_after_s: int | None = None  # the answer's Retry-After (seconds), if it gave one
+
+    @property
+    def label(self) -> str:
+        return f"http {self.status}" if self.status is not None else str(self.error)
+
+
+@dataclass(frozen=True)
+class DeliveryState:
+    """An HTTP fire's delivery record (beside its claim entry): what the history shows."""
+
+    attempts: int = 0
+    first_ms: int | None = None  # the first attempt (the retry budget counts from it)
+    last_ms: int | None = None
+    last_status: int | None = None  # the last answer's HTTP status; None: no answer
+    last_error: str | None = None  # timeout | connection_error | blocked_address | ...
+    delivered_ms: int | None = None
+    failed: str | None = None  # why delivery ended without success
+
+    @property
+    def settled(self) -> bool:
+        return self.delivered_ms is not None or self.failed is not None
+
+    def after(self, attempt: Attempt, now_ms: int) -> DeliveryState:
+        """This record with one more attempt counted."""
+        return DeliveryState(
+            attempts=self.attempts + 1,
+            first_ms=self.first_ms if self.first_ms is not None else now_ms,
+            last_ms=now_ms,
+            last_status=attempt.status,
+            last_error=attempt.error,
+        )
+
+
+def verdict(attempt: Attempt) -> Verdict:
+    """2xx delivers; 408, 429, 5xx, timeouts and connection errors are retried; other answers
+    (3xx: redirects are not followed; 4xx) and refused addresses fail at once."""
+    if attempt.status is not None:
+        if 200 <= attempt.status < 300:
+            return "delivered"
+        if attempt.status in (408, 429) or attempt.status >= 500:
+            return "retry"
+        return "failed"
+    return "retry" if attempt.error in ("timeout", "connection_error") else "failed"
+
+
+def backoff_s(retry: int, jitter: float) -> float:
+    """Wait before retry number ``retry`` (1-based): exponential, capped, with "equal jitter"
+    (``jitter`` in [0, 1) picks a point in the upper half), so retries of many fires that
+    failed together spread out instead of arriving together again."""
+    ceiling = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** min(max(retry - 1, 0), 30))
+    return ceiling / 2 + ceiling / 2 * jitter
+
+
+def retry_wait_s(retry: int, jitter: float, retry_after_s: int | None) -> float:
+    """The backoff, or longer when the endpoint asked for it (Retry-After on a 429 or 503),
+    never past BACKOFF_MAX_S."""
+    return min(BACKOFF_MAX_S, max(backoff_s(retry, jitter), float(retry_after_s or 0)))
+
+
+def parse_retry_after(value: str | None) -> int | None:
+    """Retry-After in delay-seconds form (an HTTP date is ignored: the backoff applies)."""
+    if value is None or not value.strip().isdigit():
+        return None
+    return int(value.strip())
+
+
+def gives_up(first_attempt_ms: int, now_ms: int, retry_for_ms: int = RETRY_FOR_MS) -> bool:
+    """After a retryable failure: is the retry budget spent?"""
+    return now_ms - first_attempt_ms >= retry_for_ms

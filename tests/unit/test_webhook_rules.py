@@ -1,0 +1,428 @@
+"""HTTP targets, the pure rules and the guarded POST against a real local HTTP server.
+
+Delivery end to end (trigger -> delivery queue -> delivery function -> server, with moto):
+tests/integration/test_webhooks.py.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import standardwebhooks
+
+from tests.support.webhook_server import WebhookServer, webhook_server
+from timers.adapters import http_target
+from timers.core.chain import EntryRef
+from timers.core.webhooks import (
+    BACKOFF_MAX_S,
+    Attempt,
+    DeliveryState,
+    Webhook,
+    address_allowed,
+    backoff_s,
+    gives_up,
+    new_secret,
+    signed_headers,
+    validate_target,
+    verdict,
+)
+from timers.delivery import DeliveryDeps, Message, deliver, deliver_batch
+
+# ---------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(
+    ("url", "headers", "field"),
+    [
+        ("http://example.com/hook", None, "target.url"),  # not https
+        ("ftp://example.com/hook", None, "target.url"),
+        ("https://user:pw@example.com/hook", None, "target.url"),  # credentials
+        ("https://example.com/" + "a" * 2_048, None, "target.url"),  # too long
+        ("https:///nohost", None, "target.url"),
+        ("", None, "target.url"),
+        ("https://example.com/hook", {"webhook-id": "x"}, "target.headers.webhook-id"),
+        ("https://example.com/hook", {"Host": "evil"}, "target.headers.Host"),
+        ("https://example.com/hook", {"Content-Length": "1"}, "target.headers.Content-Length"),
+        (
+            "https://example.com/hook",
+            {"Transfer-Encoding": "x"},
+            "target.headers.Transfer-Encoding",
+        ),
+        ("https://example.com/hook", {"X-Bad": "a\r\nb"}, "target.headers.X-Bad"),
+        ("https://example.com/hook", {"bad name": "v"}, "target.headers.bad name"),
+        ("https://example.com/hook", {f"x-h{i}": "v" for i in range(11)}, "target.headers"),
+        ("http://127.0.0.1:8080/hook", None, "target.url"),  # loopback not allowed here
+    ],
+)
+def test_bad_targets_name_the_offending_field(url: str, headers: Any, field: str) -> None:
+    webhook, errors = validate_target(url, headers)
+    assert webhook is None
+    assert field in {e.field for e in errors}
+
+
+def test_good_targets_and_loopback_only_when_allowed() -> None:
+    webhook, errors = validate_target("https://example.com/h?x=1", {"Authorization": "Bearer t"})
+    assert errors == [] and webhook == Webhook(
+        "https://example.com/h?x=1", (("Authorization", "Bearer t"),)
+    )
+    assert validate_target("http://127.0.0.1:9/h", None, allow_loopback=True)[0] is not None
+    assert validate_target("http://localhost:9/h", None, allow_loopback=True)[0] is not None
+    assert validate_target("http://10.0.0.1/h", None, allow_loopback=True)[0] is None
+    assert Webhook("https://Example.com/h").origin == "https://example.com:443"
+
+
+# ---------------------------------------------------------------- signatures
+
+
+def test_a_consumer_verifies_the_signature_with_standardwebhooks() -> None:
+    secret = new_secret()
+    assert secret.startswith("whsec_")
+    body = b'{"fire_id":"tmr_x:1","payload":{"a":"gr\xc3\xbc\xc3\x9fe"}}'
+    verifier = standardwebhooks.Webhook(secret)
+    now = int(time.time())  # the library checks the timestamp against its own clock
+    headers = signed_headers([secret], "tmr_x:1", now, body)
+    assert verifier.verify(body, headers) == json.loads(body)
+    tampered = body.replace(b"tmr_x:1", b"tmr_y:1")
+    with pytest.raises(standardwebhooks.WebhookVerificationError):
+        verifier.verify(tampered, headers)
+
+
+def test_during_a_rotation_both_secrets_sign() -> None:
+    old, new = new_secret(), new_secret()
+    body, now = b'{"x":1}', int(time.time())
+    headers = signed_headers([new, old], "id1", now, body)
+    assert len(headers["webhook-signature"].split(" ")) == 2
+    for secret in (old, new):
+        standardwebhooks.Webhook(secret).verify(body, headers)
+    with pytest.raises(standardwebhooks.WebhookVerificationError):
+        standardwebhooks.Webhook(new_secret()).verify(body, headers)
+
+
+# ---------------------------------------------------------------- addresses, verdicts, backoff
+
+
+@pytest.mark.parametrize(
+    ("address", "allowed"),
+    [
+        ("93.184.216.34", True),
+        ("2606:2800:220:1:248:1893:25c8:1946", True),
+        ("127.0.0.1", False),
+        ("::1", False),
+        ("10.1.2.3", False),
+        ("172.16.0.1", False),
+        ("192.168.1.1", False),
+        ("169.254.169.254", False),  # EC2/ECS metadata
+        ("fd00:ec2::254", False),  # EC2 metadata over IPv6
+        ("fe80::1", False),
+        ("100.64.0.1", False),  # shared (CGNAT)
+        ("0.0.0.0", False),
+        ("224.0.0.1", False),
+        ("::ffff:127.0.0.1", False),  # v4-mapped loopback
+        ("::ffff:10.0.0.1", False),
+        ("not an ip", False),
+    ],
+)
+def test_only_public_addresses_are_allowed(address: str, allowed: bool) -> None:
+    assert address_allowed(address) is allowed
+
+
+def test_loopback_is_allowed_only_by_the_setting() -> None:
+    assert address_allowed("127.0.0.1", allow_loopback=True)
+    assert address_allowed("::1", allow_loopback=True)
+    assert not address_allowed("10.0.0.1", allow_loopback=True)
+
+
+@pytest.mark.parametrize(
+    ("attempt", "expected"),
+    [
+        (Attempt(200), "delivered"),
+        (Attempt(204), "delivered"),
+        (Attempt(408), "retry"),
+        (Attempt(429), "retry"),
+        (Attempt(500), "retry"),
+        (Attempt(503), "retry"),
+        (Attempt(400), "failed"),
+        (Attempt(401), "failed"),
+        (Attempt(404), "failed"),
+        (Attempt(410), "failed"),
+        (Attempt(301), "failed"),  # redirects are not followed
+        (Attempt(error="timeout"), "retry"),
+        (Attempt(error="connection_error"), "retry"),
+        (Attempt(error="blocked_address"), "failed"),
+        (Attempt(error="invalid_target"), "failed"),
+    ],
+)
+def test_verdicts(attempt: Attempt, expected: str) -> None:
+    assert verdict(attempt) == expected
+
+
+def test_backoff_grows_is_capped_and_jittered_within_the_upper_half() -> None:
+    assert backoff_s(1, 0.0) == 2.5 and backoff_s(1, 0.999) < 5.0
+    assert backoff_s(2, 0.0) == 5.0
+    assert all(backoff_s(n, 0.5) <= BACKOFF_MAX_S for n in range(1, 200))
+    assert backoff_s(50, 0.0) == BACKOFF_MAX_S / 2
+    # the budget: the first attempt 24 h old
+    assert not gives_up(0, 24 * 3_600_000 - 1) and gives_up(0, 24 * 3_600_000)
+
+
+# ---------------------------------------------------------------- the guarded POST
+
+
+@pytest.fixture
+def server() -> Iterator[WebhookServer]:
+    with webhook_server() as s:
+        yield s
+
+
+def test_post_sends_the_body_and_headers_and_reads_the_status(server: WebhookServer) -> None:
+    url = server.on("/ok", 201)
+    headers = {"X-Custom": "v", "Content-Type": "text/plain"}  # ours wins: the body is JSON
+    got = http_target.post(url, b'{"a":1}', headers, allow_loopback=True)
+    assert got == Attempt(201)
+    (request,) = server.at("/ok")
+    assert request.body == b'{"a":1}'
+    assert request.headers["x-custom"] == "v"
+    assert request.headers["content-type"] == "application/json"
+
+
+def test_loopback_is_refused_without_the_setting(server: WebhookServer) -> None:
+    url = server.on("/ok").replace("http://", "https://")
+    assert http_target.post(url, b"{}", {}).error == "blocked_address"
+    assert server.received == []
+
+
+@pytest.mark.parametrize(
+    "address", ["10.0.0.7", "169.254.169.254", "fd00:ec2::254", "192.168.0.1", "::1"]
+)
+def test_names_that_resolve_to_private_or_metadata_addresses_are_refused(address: str) -> None:
+    def resolver(host: str, port: int) -> list[str]:
+        return ["93.184.216.34", address]  # one bad address is enough
+
+    got = http_target.post("https://hooks.example.com/x", b"{}", {}, resolver=resolver)
+    assert got.error == "blocked_address"
+
+
+def test_the_connected_peer_is_checked_again(server: WebhookServer) -> None:
+    """A vetted address that still lands somewhere refused (rebinding, a proxy) is caught
+    once connected: here the pinned connection meets loopback without the setting."""
+    conn = http_target._PinnedHTTPConnection("hooks.example.com", server.port, "127.0.0.1",
+                                             allow_loopback=False, timeout=5)  # fmt: skip
+    with pytest.raises(http_target._Blocked):
+        conn.connect()
+
+
+def test_redirects_are_not_followed(server: WebhookServer) -> None:
+    url = server.on("/moved", 302)
+    server.endpoints["/moved"].location = server.url("/elsewhere")
+    assert http_target.post(url, b"{}", {}, allow_loopback=True) == Attempt(302)
+    assert server.at("/elsewhere") == []
+
+
+def test_a_hanging_endpoint_is_a_timeout(server: WebhookServer) -> None:
+    url = server.on("/slow", 200, hold=threading.Event())
+    got = http_target.post(url, b"{}", {}, allow_loopback=True, timeout_s=0.3)
+    assert got.error == "timeout"
+
+
+def test_a_trickling_endpoint_is_cut_at_the_attempts_timeout() -> None:
+    """Each read gets a byte in time; the attempt as a whole still ends (the watchdog)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65_536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\n")
+            while not stop.is_set():
+                try:
+                    conn.sendall(b"X")  # a header that never ends
+                except OSError:
+                    return
+                stop.wait(0.05)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/"
+        got = http_target.post(url, b"{}", {}, allow_loopback=True, timeout_s=0.5)
+        assert got.error == "timeout"
+    finally:
+        stop.set()
+        listener.close()
+
+
+# ---------------------------------------------------------------- deliver, with fakes
+
+
+class Records:
+    def __init__(self) -> None:
+        self.states: dict[EntryRef, DeliveryState] = {}
+
+    def read_delivery(self, ref: EntryRef) -> DeliveryState | None:
+        return self.states.get(ref)
+
+    def write_delivery(
+        self, ref: EntryRef, state: DeliveryState, previous: DeliveryState | None
+    ) -> bool:
+        if self.states.get(ref) != previous:
+            return False
+        self.states[ref] = state
+        return True
+
+
+class Slots:
+    def __init__(self, limit: int) -> None:
+        self.limit, self.held = limit, 0
+        self.lock = threading.Lock()
+
+    def acquire(self, origin: str, now_ms: int) -> str | None:
+        with self.lock:
+            if self.held >= self.limit:
+                return None
+            self.held += 1
+            return origin
+
+    def release(self, key: str) -> None:
+        with self.lock:
+            self.held -= 1
+
+
+def message(url: str, fire: str = "tmr_a:1000", claim: str = "7/1 tmr_a@000") -> Message:
+    return Message(
+        message_id=fire,
+        receipt_handle="rh",
+        body=json.dumps({"fire_id": fire}),
+        attributes={
+            "fire_id": fire,
+            "tenant": "acme",
+            "claim": claim,
+            "target": Webhook(url, (("X-Tenant-Header", "1"),)).to_json(),
+        },
+    )
+
+
+@pytest.fixture
+def deps() -> Iterator[tuple[DeliveryDeps, list[tuple[Message, str]]]]:
+    dead: list[tuple[Message, str]] = []
+    now = [1_000_000]
+    secret = new_secret()
+
+    def post(url: str, body: bytes, headers: Mapping[str, str]) -> Attempt:
+        return http_target.post(url, body, headers, allow_loopback=True, timeout_s=5)
+
+    yield (
+        DeliveryDeps(
+            records=Records(),
+            slots=Slots(8),
+            secrets=lambda tenant: [secret],
+            post=post,
+            dead_letter=lambda m, reason: dead.append((m, reason)),
+            clock=lambda: now[0],
+            jitter=lambda: 0.0,
+        ),
+        dead,
+    )
+
+
+def test_one_slow_endpoint_does_not_delay_another_in_the_same_batch(
+    server: WebhookServer, deps: tuple[DeliveryDeps, Any]
+) -> None:
+    fast_arrived = threading.Event()
+    slow = server.on("/slow", 200, hold=fast_arrived)
+    fast = server.on("/fast", 200)
+    d, _ = deps
+    original = d.post
+
+    def post(url: str, body: bytes, headers: Mapping[str, str]) -> Attempt:
+        got = original(url, body, headers)
+        if url == fast:
+            fast_arrived.set()
+        return got
+
+    d.post = post
+    report = deliver_batch(
+        [message(slow, "tmr_s:1", "1/1 tmr_s@001"), message(fast, "tmr_f:1", "2/1 tmr_f@001")], d
+    )
+    # The slow endpoint answered only after the fast one was delivered: had the batch been
+    # handled in order, the slow POST would have waited out its hold and the fast one after it.
+    assert fast_arrived.is_set()
+    assert {k: o.verdict for k, o in report.outcomes.items()} == {
+        "tmr_s:1": "delivered",
+        "tmr_f:1": "delivered",
+    }
+
+
+def test_a_target_at_its_cap_is_deferred_without_an_attempt(
+    server: WebhookServer, deps: tuple[DeliveryDeps, Any]
+) -> None:
+    d, _ = deps
+    d.slots = Slots(0)
+    outcome = deliver(message(server.on("/x")), d)
+    assert outcome.verdict == "deferred" and outcome.retry_in_s is not None
+    assert server.received == []
+    assert isinstance(d.records, Records) and d.records.states == {}
+
+
+def test_retry_after_lengthens_the_backoff_up_to_the_cap(
+    server: WebhookServer, deps: tuple[DeliveryDeps, Any]
+) -> None:
+    d, _ = deps
+    url = server.on("/busy", 429)
+    server.endpoints["/busy"].headers["Retry-After"] = "120"
+    outcome = deliver(message(url), d)
+    assert (outcome.verdict, outcome.retry_in_s) == ("retry", 120)  # not the 2.5 s backoff
+    server.endpoints["/busy"].headers["Retry-After"] = "999999"
+    outcome = deliver(message(url, "tmr_b:1", "7/1 tmr_b@001"), d)
+    assert outcome.retry_in_s == BACKOFF_MAX_S
+    server.endpoints["/busy"].headers["Retry-After"] = "Wed, 21 Oct 2026 07:28:00 GMT"
+    outcome = deliver(message(url, "tmr_c:1", "7/1 tmr_c@001"), d)
+    assert outcome.retry_in_s == 2  # an HTTP date is not read: the backoff (2.5 s) applies
+
+
+def test_a_settled_fire_is_not_posted_again(
+    server: WebhookServer, deps: tuple[DeliveryDeps, Any]
+) -> None:
+    d, _ = deps
+    url = server.on("/x")
+    assert deliver(message(url), d).verdict == "delivered"
+    assert deliver(message(url), d).verdict == "duplicate"  # SQS handed it out twice
+    assert len(server.at("/x")) == 1
+
+
+def test_a_message_without_its_attributes_is_dead_lettered(
+    deps: tuple[DeliveryDeps, Any],
+) -> None:
+    d, dead = deps
+    broken = Message("m1", "rh", "{}", {"fire_id": "x"})
+    assert deliver(broken, d).verdict == "invalid"
+    assert [reason for _, reason in dead] == ["invalid_message"]
+
+
+def test_the_sample_event_is_what_the_handler_reads(
+    deps: tuple[DeliveryDeps, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """events/delivery.json (``sam local invoke DeliveryFunction -e``) parses into a message
+    with everything delivery needs, and a retry becomes a batch item failure."""
+    from functions.delivery import app
+    from ops.local.context import LambdaContext
+
+    event = json.loads((Path(__file__).resolve().parents[2] / "events/delivery.json").read_text())
+    (message,) = [Message.from_record(r) for r in event["Records"]]
+    assert message.attributes["tenant"] == "demo"
+    assert Webhook.from_json(message.attributes["target"]).url.startswith("https://")
+    d, _ = deps
+    d.post = lambda url, body, headers: Attempt(503)
+    visibility: list[int] = []
+    monkeypatch.setattr(app, "deps", lambda: d)
+    monkeypatch.setattr(app, "_retry_later", lambda record, seconds: visibility.append(seconds))
+    answer = app.handler(event, LambdaContext(function_name="delivery"))
+    assert answer == {"batchItemFailures": [{"itemIdentifier": message.message_id}]}
+    assert visibility == [2]  # the first retry's backoff, jitter 0: 2.5 s rounded
