@@ -17,7 +17,7 @@ help:
 	@echo "make demo      - with make run going: create timers and watch their callbacks arrive"
 	@echo "                 (TIMERS_ALLOW_LOOPBACK_TARGETS=1 make run: and a webhook too)"
 	@echo "make test      - the whole suite (real redis-server, moto); installs what it needs"
-	@echo "make bench     - benchmarks, ~30 min (QUICK=1: ~10 min) -> bench/results/latest.json"
+	@echo "make bench     - benchmarks, ~35 min (QUICK=1: ~12 min) -> bench/results/latest.json"
 	@echo "make lint      - ruff + mypy"
 	@echo "make validate  - sam validate --lint and cfn-lint on template.yaml"
 	@echo "make build     - sam build (functions + shared layer, arm64)"
