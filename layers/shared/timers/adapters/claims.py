@@ -13,9 +13,9 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import boto3
 from botocore.exceptions import ClientError
 
+from timers.adapters.dynamodb import LowLevelClient
 from timers.core.chain import Entry, EntryRef
 from timers.core.webhooks import DeliveryState
 
@@ -44,25 +44,36 @@ _FIELDS = {  # Entry field -> (map key, DynamoDB type)
 _NAMES = {f"#{key}": key for key, _ in _FIELDS.values()}
 
 
-def to_item_value(entry: Entry) -> dict[str, Any]:
-    """The entry as a DynamoDB map value (absent fields left out)."""
-    fields: dict[str, Any] = {}
-    for name, (key, kind) in _FIELDS.items():
-        value = getattr(entry, name)
+Fields = Mapping[str, tuple[str, str]]  # dataclass field -> (map key, DynamoDB type)
+
+
+def _to_map(record: Any, fields: Fields) -> dict[str, Any]:
+    """A dataclass as a DynamoDB map value; absent fields (None, False) left out."""
+    out: dict[str, Any] = {}
+    for name, (key, kind) in fields.items():
+        value = getattr(record, name)
         if value is None or (kind == "BOOL" and not value):
             continue
-        fields[key] = {kind: value if kind in ("S", "BOOL") else str(value)}
-    return {"M": fields}
+        out[key] = {kind: value if kind in ("S", "BOOL") else str(value)}
+    return {"M": out}
+
+
+def _from_map(value: Mapping[str, Any], fields: Fields) -> dict[str, Any]:
+    """The keyword arguments of the dataclass a map value holds."""
+    stored = value["M"]
+    return {
+        name: int(stored[key][kind]) if kind == "N" else stored[key][kind]
+        for name, (key, kind) in fields.items()
+        if key in stored
+    }
+
+
+def to_item_value(entry: Entry) -> dict[str, Any]:
+    return _to_map(entry, _FIELDS)
 
 
 def from_item_value(value: Mapping[str, Any]) -> Entry:
-    fields = value["M"]
-    kwargs: dict[str, Any] = {}
-    for name, (key, kind) in _FIELDS.items():
-        if key in fields:
-            raw = fields[key][kind]
-            kwargs[name] = int(raw) if kind == "N" else raw
-    return Entry(**kwargs)
+    return Entry(**_from_map(value, _FIELDS))
 
 
 _DELIVERY_FIELDS = {  # DeliveryState field -> (map key, DynamoDB type)
@@ -83,25 +94,14 @@ def delivery_name(entry_name: str) -> str:
 
 
 def delivery_to_item_value(state: DeliveryState) -> dict[str, Any]:
-    fields: dict[str, Any] = {}
-    for name, (key, kind) in _DELIVERY_FIELDS.items():
-        value = getattr(state, name)
-        if value is not None:
-            fields[key] = {kind: value if kind == "S" else str(value)}
-    return {"M": fields}
+    return _to_map(state, _DELIVERY_FIELDS)
 
 
 def delivery_from_item_value(value: Mapping[str, Any]) -> DeliveryState:
-    fields = value["M"]
-    kwargs: dict[str, Any] = {}
-    for name, (key, kind) in _DELIVERY_FIELDS.items():
-        if key in fields:
-            raw = fields[key][kind]
-            kwargs[name] = int(raw) if kind == "N" else raw
-    return DeliveryState(**kwargs)
+    return DeliveryState(**_from_map(value, _DELIVERY_FIELDS))
 
 
-class ClaimStore:
+class ClaimStore(LowLevelClient):
     def __init__(
         self, table: str, retention_days: int, client: Any = None, record_client: Any = None
     ) -> None:
@@ -110,12 +110,6 @@ class ClaimStore:
         self._client = client
         # Records may wait longer than claims: a record lost after its send is a duplicate.
         self._record_client = record_client
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:  # built on first use: once per cold start, not at import
-            self._client = boto3.client("dynamodb")
-        return self._client
 
     def expires_at(self, key: str) -> int:
         """TTL of a claim item (epoch seconds): its second plus the retention."""

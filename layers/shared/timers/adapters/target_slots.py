@@ -14,24 +14,19 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-import boto3
 from botocore.exceptions import ClientError
+
+from timers.adapters.dynamodb import LowLevelClient
 
 WINDOW_S = 30
 """Longer than one attempt (10 s timeout) with room: a window is counted from the first slot."""
 
 
-class TargetSlots:
+class TargetSlots(LowLevelClient):
     def __init__(self, table: str, limit: int, client: Any = None) -> None:
         self.table = table
         self.limit = limit
         self._client = client
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = boto3.client("dynamodb")
-        return self._client
 
     @staticmethod
     def key(origin: str, now_ms: int) -> str:

@@ -16,13 +16,13 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import boto3
 from botocore.exceptions import ClientError
 from pynamodb.attributes import NumberAttribute, TTLAttribute, UnicodeAttribute
 from pynamodb.exceptions import PutError, UpdateError
 from pynamodb.indexes import GlobalSecondaryIndex, IncludeProjection
 from pynamodb.models import Model
 
+from timers.adapters.dynamodb import LowLevelClient
 from timers.core.errors import ConcurrentUpdate
 from timers.core.schedule import is_recurring, schedule_from_dict, schedule_to_dict
 from timers.core.timer import Timer
@@ -140,19 +140,12 @@ def _external(timer: Timer) -> bool:
     return len(timer.payload_json.encode()) > INLINE_PAYLOAD_BYTES
 
 
-class TimerStore:
+class TimerStore(LowLevelClient):
     """Reads and writes of timers; every call is scoped to one tenant's key."""
 
     def __init__(self, due_shards: int, client: Any = None) -> None:
         self.due_shards = due_shards
         self._client = client
-
-    @property
-    def client(self) -> Any:
-        """The low-level client for transactions (built on first use)."""
-        if self._client is None:
-            self._client = boto3.client("dynamodb")
-        return self._client
 
     @property
     def table(self) -> str:

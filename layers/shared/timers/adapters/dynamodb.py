@@ -1,0 +1,20 @@
+"""The low-level DynamoDB client the adapters share, built on first use."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+
+
+class LowLevelClient:
+    """``self.client``: the one given, else boto3's, built on first use - once per cold start,
+    not at import (handlers import adapters before their environment is complete in tests)."""
+
+    _client: Any = None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = boto3.client("dynamodb")
+        return self._client
