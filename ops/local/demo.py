@@ -37,18 +37,21 @@ def _api(base: str, key: str, method: str, path: str, body: Any = None) -> Any:
     return json.loads(text) if text else None
 
 
-class _Hooks:
-    """A webhook endpoint on 127.0.0.1 that keeps what it receives."""
+class WebhookReceiver:
+    """A webhook endpoint on 127.0.0.1 that answers 204 and keeps (arrival ms, lower-case
+    headers, body) of every POST (also what bench.webhooks measures with)."""
 
     def __init__(self) -> None:
-        self.received: list[tuple[dict[str, str], bytes]] = []
+        self.received: list[tuple[int, dict[str, str], bytes]] = []
         self.arrived = threading.Event()
         hooks = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
+                arrived = _now_ms()
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
-                hooks.received.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                hooks.received.append((arrived, headers, body))
                 hooks.arrived.set()
                 self.send_response(204)
                 self.end_headers()
@@ -75,7 +78,7 @@ def _verify(secret: str, headers: dict[str, str], body: bytes) -> str:
 
 def webhook_demo(base: str, key: str) -> bool | None:
     """POST a fire to our own endpoint; None when the stack refuses loopback targets."""
-    hooks = _Hooks()
+    hooks = WebhookReceiver()
     body = {
         "name": "webhook after 1 s",
         "schedule": {"type": "after", "seconds": 1},
@@ -97,7 +100,7 @@ def webhook_demo(base: str, key: str) -> bool | None:
     if not hooks.arrived.wait(WAIT_S):
         print("no webhook arrived")
         return False
-    headers, raw = hooks.received[0]
+    _, headers, raw = hooks.received[0]
     sent = json.loads(raw)
     lag = _now_ms() - parse_ms(sent["scheduled_at"])
     print(
