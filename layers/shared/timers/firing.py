@@ -518,8 +518,12 @@ class Run:
         """Members whose claim failed: nothing was sent, so they are due again at once."""
         back = {job.member: job.member.due for job in jobs}
         self.report.handed_back += len(back)
-        self.deps.index.release(self.bucket, self.owner, back)
-        for m in back:
+        self._release(back)
+
+    def _release(self, members: Mapping[Member, int]) -> None:
+        """Give leased members back to due, each leasable from its score."""
+        self.deps.index.release(self.bucket, self.owner, members)
+        for m in members:
             self.held_leases.pop(m, None)
 
     def _claim_chunk(self, key: str, named: dict[str, Job]) -> list[Job]:
@@ -564,9 +568,7 @@ class Run:
                 held[job.member] = max(lapse, self.sync.now() + ARM_MS + 1)
         if held:
             self.report.held += len(held)
-            self.deps.index.release(self.bucket, self.owner, held)
-            for m in held:
-                self.held_leases.pop(m, None)
+            self._release(held)
         if stale:
             self.report.stale += len(stale)
             self._forget(stale)
