@@ -21,7 +21,14 @@ from timers.adapters.claims import ClaimStore
 from timers.adapters.redis_index import RedisIndex
 from timers.config import Settings
 from timers.firing import RunMarker, TriggerDeps, TriggerReport, run_trigger
-from timers.runtime import DAY_MS, redis_client, redis_time_ms, stores, wall_clock_ms
+from timers.runtime import (
+    DAY_MS,
+    monotonic_ms,
+    redis_client,
+    redis_time_ms,
+    stores,
+    wall_clock_ms,
+)
 from timers.sending import SEND_WORKERS
 
 logger = Logger()
@@ -91,6 +98,7 @@ def deps() -> TriggerDeps:
         timers=timers,
         sqs=boto3.client("sqs", config=SQS_CONFIG),
         clock=wall_clock_ms,
+        monotonic=monotonic_ms,
         reference=lambda: redis_time_ms(conn),
         lookahead_ms=settings.lookahead_seconds * 1000,
         retention_ms=settings.fire_retention_days * DAY_MS,
@@ -110,9 +118,10 @@ def emit_metrics(report: TriggerReport, invoke_delay_ms: int | None) -> None:
         )
         late = sum(1 for lag in report.lags_ms if lag > 100)
         metrics.add_metric(name="FiresLate", unit=count, value=late)
-    if report.ambiguous or report.unrecorded:  # the duplicate window, as it happens
+    if report.ambiguous or report.unrecorded or report.taken_over:  # the duplicate window
         metrics.add_metric(name="SendsAmbiguous", unit=count, value=report.ambiguous)
         metrics.add_metric(name="FiresUnrecorded", unit=count, value=report.unrecorded)
+        metrics.add_metric(name="ClaimsTakenOver", unit=count, value=report.taken_over)
     if report.refused or report.handed_back:
         metrics.add_metric(name="FiresHandedBack", unit=count, value=report.handed_back)
         metrics.add_metric(name="ClockRefusals", unit=count, value=report.refused)

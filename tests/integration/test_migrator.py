@@ -220,36 +220,72 @@ def test_one_create_request_writes_one_wakeup_per_due_minute(api: Api) -> None:
     total = sum(
         len(group)
         for shard in range(SETTINGS.due_shards)
-        for _, group in items.window(str(shard), None, T0 + DAY_MS, 100)[0]
+        for _, group in items.window(str(shard), T0 + DAY_MS, 100)[0]
     )
     rows = [
         wake
         for shard in range(SETTINGS.due_shards)
-        for wake, _ in items.window(str(shard), None, T0 + DAY_MS, 100)[0]
+        for wake, _ in items.window(str(shard), T0 + DAY_MS, 100)[0]
     ]
     assert (total, len(rows)) == (51, 2)
 
 
-def test_the_watermark_passes_fired_and_stale_one_shots_and_stops_at_the_first_due(
+def wakeups(api: Api) -> list[Member]:
+    """Every one-shot listing in the wakeup items."""
+    store = api.runtime.service.wakeups
+    return [
+        member
+        for shard in range(SETTINGS.due_shards)
+        for _, group in store.window(str(shard), T0 + 365 * DAY_MS, 1_000)[0]
+        for _, member in group
+    ]
+
+
+def test_wakeups_of_fired_changed_and_deleted_one_shots_are_deleted_and_no_others(
     api: Api,
 ) -> None:
     claims = api.runtime.service.claims
-    early = api.create(schedule=at(T0 + 10_000))
+    fired = api.create(schedule=at(T0 + 10_000))
     gone = api.create(schedule=at(T0 + 20_000))
+    moved = api.create(schedule=at(T0 + 30_000))
+    paused = api.create(schedule=at(T0 + 40_000))
     later = api.create(schedule=at(T0 + 90 * 60_000))
-    fire(claims, stored(api, early["id"]), 1)
+    fire(claims, stored(api, fired["id"]), 1)
     api.call("DELETE", f"/v1/timers/{gone['id']}")
-    api.clock.now = T0 + 90 * 60_000 - LOOKAHEAD_MS + 1
+    api.call("PATCH", f"/v1/timers/{moved['id']}", body={"schedule": at(T0 + 50_000)})
+    api.call("POST", f"/v1/timers/{paused['id']}/pause")
+    api.clock.now = T0 + 60 * 60_000
     flushall(api)
     first = migrate(api)
-    assert first.watermarks >= 1
-    assert {m.timer_id for m in indexed(api)} == {later["id"]}
-    second = migrate(api)
-    # the first items are passed for good: only what is still due (the later one) is read
-    assert (second.read, second.missing) == (1, 0)
+    assert first.deleted >= 4  # fired, deleted, the moved one's first listing, the paused one
+    assert {m.timer_id for m in indexed(api)} == {moved["id"]}  # overdue: it fires now
+    listed = {(m.timer_id, m.due) for m in wakeups(api)}
+    assert listed == {(moved["id"], T0 + 50_000), (later["id"], T0 + 90 * 60_000)}
+    fire(claims, stored(api, moved["id"]), 1)
+    flushall(api)
+    migrate(api)
+    assert {m.timer_id for m in wakeups(api)} == {later["id"]}
+    api.call("POST", f"/v1/timers/{paused['id']}/resume")
+    assert {m.timer_id for m in wakeups(api)} == {later["id"], paused["id"]}
 
 
-def test_an_unfired_overdue_one_shot_holds_the_watermark(api: Api) -> None:
+def test_one_shots_due_before_work_already_swept_are_rebuilt_after_a_flush(api: Api) -> None:
+    """Issue 16's first scenario: far one-shots are swept into Redis, then nearer ones are
+    created or moved nearer, then Redis is flushed. Every one of them must still fire."""
+    far = [api.create(schedule=at(T0 + 180_000))["id"] for _ in range(3)]
+    api.clock.now = T0 + 61_000
+    migrate(api)  # sweeps up to the far ones (T0 + 181 s)
+    assert {m.timer_id for m in indexed(api)} >= set(far)
+    near = [api.create(schedule={"type": "after", "seconds": 25})["id"] for _ in range(3)]
+    moved = far[0]
+    api.call("PATCH", f"/v1/timers/{moved}", body={"schedule": {"type": "after", "seconds": 30}})
+    flushall(api)
+    api.clock.now = T0 + 121_000
+    migrate(api)
+    assert {m.timer_id for m in indexed(api)} == set(far) | set(near)
+
+
+def test_an_unfired_overdue_one_shot_is_read_every_run_until_it_fires(api: Api) -> None:
     stuck = api.create(schedule=at(T0 + 10_000))
     after = api.create(schedule=at(T0 + 20_000))
     api.clock.now = T0 + 2 * HOUR_MS

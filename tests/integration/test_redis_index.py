@@ -26,6 +26,7 @@ from timers.adapters.redis_index import (
     FIRED,
     HINTS_KEY,
     MISSING,
+    SUPERSEDED,
     Leased,
     Lock,
     Placement,
@@ -245,7 +246,7 @@ def test_ensure_lowers_the_hint_and_never_raises_it(
 # ---------------------------------------------------------------- alive
 
 
-def test_alive_answers_fired_alive_or_missing(index: RedisIndex) -> None:
+def test_alive_answers_fired_superseded_alive_or_missing(index: RedisIndex) -> None:
     index.ensure(
         placed([mem("due", NOW, 2), mem("leased", NOW - 1, 1), mem("fired", NOW - 2, 1)])
         + placed([mem("elsewhere", NOW, 1)], bucket=3)
@@ -265,7 +266,7 @@ def test_alive_answers_fired_alive_or_missing(index: RedisIndex) -> None:
         (3, "elsewhere", 1, None),
         (1, "elsewhere", 1, None),  # the wrong bucket knows nothing
     ]
-    expected = [ALIVE, ALIVE, MISSING, ALIVE, FIRED, MISSING, MISSING, ALIVE, MISSING]
+    expected = [ALIVE, SUPERSEDED, MISSING, ALIVE, FIRED, MISSING, MISSING, ALIVE, MISSING]
     assert index.alive(checks) == expected
     # more checks than a script call takes, interleaved across buckets: answers in input order
     big = checks * (ENSURE_CHUNK // 3)

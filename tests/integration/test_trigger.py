@@ -47,11 +47,11 @@ from tests.support.clock import T0, FakeClock
 from timers.adapters import tenants
 from timers.adapters.claims import ClaimStore
 from timers.adapters.redis_index import RedisIndex
+from timers.claiming import CLAIM_ATTEMPTS
 from timers.core.chain import CHECKPOINT_EVERY, LAPSE_MARGIN_MS, Entry, Member, entry_ref
 from timers.core.times import format_ms, parse_ms
 from timers.firing import (
     ARM_MS,
-    CLAIM_ATTEMPTS,
     HOOKS,
     LEASE_GRACE_MS,
     MAX_CLOCK_OFFSET_MS,
@@ -134,6 +134,7 @@ class Rig:
             "timers": self.api.runtime.service.timers,
             "sqs": self.sqs,
             "clock": lambda: self.clock() + self.host_offset_ms,
+            "monotonic": lambda: self.clock() - T0 + 12_345,  # elapsed time, its own origin
             "reference": self.clock,
             "lookahead_ms": SETTINGS.lookahead_seconds * 1000,
             "retention_ms": SETTINGS.fire_retention_days * DAY_MS,
@@ -578,8 +579,9 @@ def test_a_run_without_time_for_a_whole_fire_leases_nothing(rig: Rig) -> None:
 
 
 def test_what_a_run_will_not_send_it_hands_back_at_once(rig: Rig) -> None:
-    """Claimed for 10:00:10, but the run must stop before then: the claim entry goes and the
-    member is due again at once - the next run does not wait for a lapse."""
+    """Claimed for 10:00:10, but the run must stop before then: the claim is released (valid
+    until 0, never removed: entries only move forward) and the member is due again at once -
+    the next run takes the claim over without waiting for a lapse."""
     timer = rig.api.create(schedule=after(10))
     rig.clock.now = T0 + 10_000 - 200
     pos = T0 + 10_000
@@ -592,9 +594,11 @@ def test_what_a_run_will_not_send_it_hands_back_at_once(rig: Rig) -> None:
 
     (report,) = rig.run(hooks=hook)
     assert (report.enqueued, report.handed_back, rig.sqs.sent) == (0, 1, [])
-    assert entry(rig.claims, rig.stored(timer["id"]), pos) is None
+    released = entry(rig.claims, rig.stored(timer["id"]), pos)
+    assert released is not None and (released.state, released.until) == ("p", 0)
     (report,) = rig.run()
-    assert report.enqueued == 1
+    assert (report.enqueued, report.taken_over) == (1, 1)
+    assert rig.per_fire() == {f"{timer['id']}:{pos}": 1}
 
 
 # ---------------------------------------------------------------- changes win

@@ -23,21 +23,23 @@ from timers.core.chain import (
     LAPSE_MARGIN_MS,
     MISFIRE_GRACE_MS,
     PARTITIONS,
+    Cursor,
     Entry,
     EntryRef,
     Member,
     check_name,
     claim_key,
+    decide_claim,
     drive,
     entry_for,
     entry_name,
     entry_ref,
     history,
-    may_claim,
     needs_checkpoint,
     next_member,
     partition_for,
     resolved,
+    settled,
     step,
     tombstone,
     walk,
@@ -99,15 +101,23 @@ def test_a_tenants_timers_share_spread_consecutive_partitions() -> None:
 
 def test_who_may_claim_over_an_entry() -> None:
     now = T0 + 100_000
-    assert may_claim(None, 1, now)
-    assert may_claim(tombstone(2), 2, now) and may_claim(tombstone(2), 3, now)
-    assert not may_claim(tombstone(3), 2, now)  # a change at a newer revision owns it
+
+    def decide(existing: Entry | None, rev: int = 1, fresh: bool = True, at: int = now) -> str:
+        return decide_claim(existing, rev=rev, fresh=fresh, owner="me", now_ms=at)
+
+    assert decide(None) == "claim"
+    assert decide(tombstone(2), 2) == decide(tombstone(2), 3) == "claim"
+    assert decide(tombstone(3), 2) == "stale"  # a change at a newer revision owns it
+    # a member of an older revision (or of an inactive timer) never creates a claim (R2)
+    assert decide(None, fresh=False) == decide(tombstone(1), fresh=False) == "stale"
     live = Entry("p", 1, n=1, owner="o", until=now)
-    assert not may_claim(live, 1, now)
-    assert not may_claim(live, 1, now + LAPSE_MARGIN_MS)  # lapsed only after the margin
-    assert may_claim(live, 1, now + LAPSE_MARGIN_MS + 1)
+    assert decide(live) == decide(live, at=now + LAPSE_MARGIN_MS) == "wait"
+    assert decide(live, at=now + LAPSE_MARGIN_MS + 1) == "take_over"  # lapsed after the margin
+    assert decide(live, fresh=False, at=now + LAPSE_MARGIN_MS + 1) == "take_over"  # owed
+    assert decide(replace(live, until=0)) == "take_over"  # released by its run
+    assert decide(replace(live, owner="me")) == "ours"
     for state in ("d", "f", "k"):
-        assert not may_claim(Entry(state, 1, n=1), 5, now)  # type: ignore[arg-type]
+        assert decide(Entry(state, 1, n=1), 5) == "done"  # type: ignore[arg-type]
 
 
 def test_step_never_fires_a_position_in_the_future() -> None:
@@ -245,7 +255,7 @@ def test_the_derived_view_is_what_advance_would_show(
     runs = [T0 + sum(gaps[: i + 1]) for i in range(len(gaps))]
     claims = Claims()
     stored = fire_chain(claims, timer, runs)
-    (cursor,) = drive([walk(stored, runs[-1])], claims.read)
+    (cursor,) = drive([walk(stored)], claims.read)
     shown = resolved(stored, cursor)
     expected = reference(timer, runs)
     assert (shown.next_fire_ms, shown.fire_count, shown.status) == (
@@ -254,18 +264,35 @@ def test_the_derived_view_is_what_advance_would_show(
     assert claims.reads <= 2 * 9  # a binary search per window, at most two windows
 
 
-def test_a_walk_ignores_a_tombstone_and_a_lapsed_claim_at_the_cursor() -> None:
+def test_the_cursor_is_the_first_position_not_finished() -> None:
     timer = _timer(schedule=EverySchedule(1))
     claims = Claims()
     stored = fire_chain(claims, timer, [T0 + 3_000])  # fired 1, 2, 3 s
     next_ref = entry_ref(7, "tmr_x", T0 + 4_000)
-    for blocker in (tombstone(2), Entry("p", 1, n=4, owner="dead", until=T0)):
-        claims.entries[next_ref] = blocker
-        (cursor,) = drive([walk(stored, T0 + 60_000)], claims.read)
-        assert (cursor.pos, cursor.n, cursor.last) == (T0 + 4_000, 3, T0 + 3_000)
-    claims.entries[next_ref] = Entry("p", 1, n=4, owner="live", until=T0 + 60_000)
-    (cursor,) = drive([walk(stored, T0 + 60_000)], claims.read)
-    assert (cursor.pos, cursor.n) == (T0 + 5_000, 4)  # a live claim holds its position
+    (cursor,) = drive([walk(stored)], claims.read)
+    assert cursor == Cursor(T0 + 4_000, 3, T0 + 3_000, None)
+    claims.entries[next_ref] = tombstone(2)
+    (cursor,) = drive([walk(stored)], claims.read)
+    assert cursor == Cursor(T0 + 4_000, 3, T0 + 3_000, None)
+    for owner, until in (("live", T0 + 60_000), ("dead", T0)):  # a claimed fire is owed
+        claimed = Entry("p", 1, n=4, pv=T0 + 3_000, owner=owner, until=until)
+        claims.entries[next_ref] = claimed
+        (cursor,) = drive([walk(stored)], claims.read)
+        assert cursor == Cursor(T0 + 4_000, 3, T0 + 3_000, claimed)
+        assert settled(stored, cursor).next_fire_ms == T0 + 5_000  # a change comes after it
+
+
+def test_a_walk_follows_an_adopted_claim_to_the_changes_next_position() -> None:
+    """A change adopted the pending fire at 4 s and moved the timer's next position to 30 s."""
+    timer = _timer(schedule=EverySchedule(1))
+    claims = Claims()
+    stored = fire_chain(claims, timer, [T0 + 3_000])
+    stored = replace(stored, rev=2)
+    adopted = Entry("d", 2, n=4, pv=T0 + 3_000, enqueued=T0 + 4_000, next=T0 + 30_000)
+    claims.entries[entry_ref(7, "tmr_x", T0 + 4_000)] = adopted
+    claims.entries[entry_ref(7, "tmr_x", T0 + 5_000)] = tombstone(2)  # never fired: not a fire
+    (cursor,) = drive([walk(stored)], claims.read)
+    assert cursor == Cursor(T0 + 30_000, 4, T0 + 4_000, None)
 
 
 def test_walks_of_many_timers_share_their_reads() -> None:
@@ -273,7 +300,7 @@ def test_walks_of_many_timers_share_their_reads() -> None:
     every_second = [T0 + k * 1_000 for k in range(1, 101)]
     stored = [fire_chain(claims, replace(_timer(schedule=EverySchedule(1)), id=f"tmr_{i}"),
                          every_second) for i in range(50)]  # fmt: skip
-    cursors = drive([walk(t, T0 + 100_000) for t in stored], claims.read)
+    cursors = drive([walk(t) for t in stored], claims.read)
     assert {c.n for c in cursors} == {100}
     assert claims.reads <= 8  # one batch read per step of the binary search, for all 50
 
@@ -284,7 +311,7 @@ def test_history_is_newest_first_skips_skips_and_pages() -> None:
     # fires at 1, 2, 3 min; down until 60:50 (skip: nothing of it fires); then 61 min
     runs = [T0 + 60_000, T0 + 120_000, T0 + 180_000, T0 + 3_650_000, T0 + 3_700_000]
     stored = fire_chain(claims, timer, runs)
-    (cursor,) = drive([walk(stored, T0 + 3_700_000)], claims.read)
+    (cursor,) = drive([walk(stored)], claims.read)
     [(page, more)] = drive([history(7, "tmr_x", cursor.last, 2)], claims.read)
     assert [pos for pos, _ in page] == [T0 + 3_660_000, T0 + 180_000]  # the skip is not a fire
     [(rest, end)] = drive([history(7, "tmr_x", more, 10)], claims.read)
@@ -310,6 +337,21 @@ def test_the_clock_is_corrected_by_the_reference_and_bounded_by_its_error() -> N
     far.measure()
     assert not far.trusted
     assert not ClockSync(lambda: T0, lambda: T0).trusted  # never measured
+
+
+def test_a_step_of_the_host_wall_clock_does_not_move_the_lower_bound() -> None:
+    """Between measures, elapsed time comes from the monotonic clock: an NTP step of the wall
+    clock (here an hour forward) cannot make a send look due early."""
+    reference, wall, mono = [T0], [T0 + 40], [5_000]
+    sync = ClockSync(lambda: wall[0], lambda: reference[0], lambda: mono[0])
+    sync.measure()
+    assert sync.trusted and sync.lower() <= T0
+    wall[0] += 3_600_000  # stepped
+    mono[0] += 250
+    reference[0] += 250
+    assert sync.lower() <= reference[0] <= sync.now()
+    sync.measure()  # the next measure sees the wall clock is broken: nothing is sent
+    assert not sync.trusted
 
 
 @pytest.mark.parametrize(

@@ -87,10 +87,27 @@ def test_patch_of_name_keeps_the_cursor() -> None:
     assert t.patch(timer, {"name": "x"}, T0 + 30_000).next_fire_ms == timer.next_fire_ms
 
 
-def test_patch_of_end_recomputes_from_now_for_recurring_timers() -> None:
-    timer = every_minute()
-    patched = t.patch(timer, {"end_ms": T0 + 10 * MIN}, T0 + 2 * MIN + 1)
-    assert patched.next_fire_ms == T0 + 3 * MIN
+def test_new_bounds_continue_from_the_cursor_not_from_now() -> None:
+    """The change sees the timer settled (an owed fire counted): its cursor is the next
+    unclaimed position. New bounds keep it - even when it is overdue (the misfire policy decides
+    what an outage fires) or when now is past it (its fire is about to be claimed)."""
+    settled = replace(
+        every_minute(), next_fire_ms=T0 + 3 * MIN, fire_count=2, last_fire_pos=T0 + 2 * MIN
+    )
+    for now in (T0 + 3 * MIN - 100, T0 + 3 * MIN + 50, T0 + 60 * MIN):
+        patched = t.patch(settled, {"max_fires": 10}, now)
+        assert (patched.next_fire_ms, patched.status) == (T0 + 3 * MIN, "active")
+    assert t.patch(settled, {"max_fires": 2}, T0).status == "completed"
+    assert t.patch(settled, {"end_ms": T0 + 3 * MIN - 1}, T0).status == "completed"
+    later_start = t.patch(settled, {"start_ms": T0 + 10 * MIN + 30_000}, T0)
+    assert later_start.next_fire_ms == T0 + 10 * MIN + 30_000  # the series restarts at start
+
+
+def test_a_completed_timer_given_more_fires_continues_from_now() -> None:
+    done = replace(every_minute(max_fires=2), status="completed", next_fire_ms=None,
+                   fire_count=2, last_fire_pos=T0 + 2 * MIN)  # fmt: skip
+    again = t.patch(done, {"max_fires": 5}, T0 + 30 * MIN + 1)
+    assert (again.status, again.next_fire_ms) == ("active", T0 + 31 * MIN)
 
 
 def test_a_fired_one_shot_is_rearmed_only_by_a_new_schedule() -> None:

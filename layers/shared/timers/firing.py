@@ -20,14 +20,15 @@ finished      ... nothing is left: Redis was acked and chained.
 ============  ==============================================================================
 
 **Never early.** A send starts only when the lower bound of the reference time (Redis ``TIME``,
-measured against this host's clock at every lease) has reached the occurrence plus
-SEND_GUARD_MS. Without a trusted offset the run sends nothing.
+measured against this host's monotonic clock at every lease, so a step of the wall clock moves
+nothing) has reached the occurrence plus SEND_GUARD_MS. Without a trusted offset the run sends
+nothing.
 
 **Deadline-aware.** No lease, claim or send attempt starts unless, by the client timeouts,
 it and everything after it end before the invocation's deadline; the claims hold until that
 deadline and the Redis leases a little longer. What a run will not finish it hands back at
-once (its claim entries removed, its members released), so duplicates need a crash or an SQS
-call that timed out after SQS accepted it.
+once (its claims released to the next run, its members to due), so duplicates need a crash or
+an SQS call that timed out after SQS accepted it. The claim phase is ``timers.claiming``.
 """
 
 from __future__ import annotations
@@ -37,23 +38,19 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from timers.adapters.claims import ClaimStore, chunks
 from timers.adapters.redis_index import Leased
+from timers.claiming import Claimer, Job
 from timers.core.chain import (
     LAPSE_MARGIN_MS,
     Entry,
     Member,
     State,
-    Step,
-    entry_for,
-    entry_ref,
-    may_claim,
     needs_checkpoint,
     next_member,
     step,
@@ -63,6 +60,7 @@ from timers.core.timer import Timer, from_card
 from timers.sending import Delivery, Sender, SqsPort
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # ---------------------------------------------------------------- tuning, and why
 
@@ -95,9 +93,6 @@ REDIS_CALL_MS = 1_000
 
 DYNAMO_CALL_MS = 3_500
 """Worst case of one DynamoDB claim or read: 0.5 s connect + 3 s read (the handler's client)."""
-
-CLAIM_ATTEMPTS = 3
-"""Tries of one claim write (each up to DYNAMO_CALL_MS) before its members are given back."""
 
 RECORD_CALL_MS = 8_500
 """Worst case of one record attempt: 0.5 s connect + 8 s read (the handler's record client)."""
@@ -193,6 +188,7 @@ class TriggerDeps:
     new_owner: Callable[[], str] = field(default=lambda: uuid.uuid4().hex[:12])
     lease_limit: int = LEASE_LIMIT
     delivery_queue_url: str = ""  # HTTP targets' fires are sent here (the delivery function)
+    monotonic: Callable[[], int] | None = None  # elapsed time, ms (default: ``clock``)
 
 
 @dataclass
@@ -210,9 +206,11 @@ class TriggerReport:
     enqueued: int = 0
     failed: int = 0
     handed_back: int = 0  # leased or claimed, then given back (deadline)
+    taken_over: int = 0  # lapsed claims of dead runs taken over: maybe sent once already
     refused: int = 0  # not sent: the clock could not be trusted
     ambiguous: int = 0  # send attempts that timed out after the request went: maybe sent twice
-    unrecorded: int = 0  # sent, and the record failed until the deadline: sent again later
+    unrecorded: int = 0  # sent, and not recorded as ours (failed until the deadline, or the
+    # claim lapsed and was taken over): sent again by the run that finishes it
     lags_ms: list[int] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # "<fire id>: <reason>"
 
@@ -231,24 +229,35 @@ class TriggerReport:
 
 
 class ClockSync:
-    """This host's clock, corrected by its offset from the reference (Redis TIME).
+    """The reference time (Redis TIME), kept between measures by this host's monotonic clock.
 
     The offset is measured as ``reference - midpoint`` of two local reads around one reference
-    read; its error is half that round trip (plus the reference's 1 ms resolution).
+    read; its error is half that round trip (plus the reference's 1 ms resolution). Elapsed time
+    comes from the monotonic clock, so a step of the host's wall clock between measures cannot
+    move the lower bound; the wall clock is only checked against the reference at each measure
+    (a host that far off is broken, not merely skewed).
     """
 
-    def __init__(self, clock: Callable[[], int], reference: Callable[[], int]) -> None:
-        self._clock = clock
+    def __init__(
+        self,
+        clock: Callable[[], int],
+        reference: Callable[[], int],
+        monotonic: Callable[[], int] | None = None,
+    ) -> None:
+        self._wall = clock
+        self._clock = monotonic or clock
         self._reference = reference
-        self.offset: int | None = None
+        self.offset: int | None = None  # reference - monotonic
+        self.wall_offset: int | None = None  # reference - wall clock, at the last measure
         self.error = 0
         self.measured_at = 0
 
     def measure(self) -> None:
-        before = self._clock()
+        wall, before = self._wall(), self._clock()
         ref = self._reference()
         after = self._clock()
         self.offset = ref - (before + after) // 2
+        self.wall_offset = ref - (wall + (after - before) // 2)
         self.error = (after - before + 1) // 2 + 1
         self.measured_at = after
 
@@ -256,7 +265,8 @@ class ClockSync:
     def trusted(self) -> bool:
         return (
             self.offset is not None
-            and abs(self.offset) <= MAX_CLOCK_OFFSET_MS
+            and self.wall_offset is not None
+            and abs(self.wall_offset) <= MAX_CLOCK_OFFSET_MS
             and self.error <= MAX_CLOCK_ERROR_MS
         )
 
@@ -273,27 +283,6 @@ class ClockSync:
 
 
 # ---------------------------------------------------------------- a run
-
-
-@dataclass
-class Job:
-    """One leased member on its way through the run."""
-
-    member: Member
-    timer: Timer
-    decided: Step | None = None
-    entry: Entry | None = None  # what holds the position: ours, or the one found
-    delivery: Delivery | None = None
-
-    @property
-    def ref(self) -> tuple[str, str]:
-        return entry_ref(self.timer.partition, self.timer.id, self.member.due)
-
-    @property
-    def send_at(self) -> int:
-        """Never before the position nor before the occurrence it fires."""
-        fired = self.decided.fire_ms if self.decided else None
-        return max(self.member.due, fired or 0)
 
 
 @dataclass(frozen=True)
@@ -337,7 +326,7 @@ class Run:
         self.bucket = bucket
         self.report = TriggerReport(bucket)
         self.owner = deps.new_owner()
-        self.sync = ClockSync(deps.clock, deps.reference)
+        self.sync = ClockSync(deps.clock, deps.reference, deps.monotonic)
         self.sync.measure()
         self.started = self.sync.now()
         self.end = self.started + remaining_ms  # the invocation's hard end, reference time
@@ -447,20 +436,31 @@ class Run:
         jobs = self._triage(leased)
         if not self._may_claim():
             return leased.next_due  # the hand-back gives the leases back
-        claimed = self._claim(jobs)
+        claimer = Claimer(self.deps.claims, self.owner, self.end, self.sync.now, self._may_claim)
+        claimed = claimer.claim(jobs)
+        self.report.taken_over += claimed.taken_over
+        self.report.already_fired += claimed.already_fired
+        self.report.handed_back += claimed.given_back
+        if claimed.held:
+            self.report.held += len(claimed.held) - claimed.given_back
+            self._release(claimed.held)
+        if claimed.stale:
+            self.report.stale += len(claimed.stale)
+            self._forget(claimed.stale)
         self._hook("claimed")
-        firing = [j for j in claimed if j.entry is not None and j.entry.state == "p"]
+        firing = [j for j in claimed.ours if j.entry is not None and j.entry.state == "p"]
         for job in firing:
-            assert job.decided is not None and job.decided.fire_ms is not None
-            job.delivery = Delivery(job.timer, job.decided.fire_ms, ref=job.ref)
+            job.delivery = Delivery(job.timer, job.fire_ms, ref=job.ref)
         self.pending = sorted(self.pending + firing, key=lambda j: j.send_at)
         # skipped and already-fired positions need no send: finish them now
-        self._finish([j for j in claimed if j.entry is not None and j.entry.finished])
+        self._finish([j for j in claimed.ours if j.entry is not None and j.entry.finished])
         return _earliest(leased.next_due, self.next_due)
 
     def _triage(self, leased: Leased) -> list[Job]:
-        """Pair each member with its timer (Redis' card, else one consistent read); drop the
-        stale ones; decide the rest."""
+        """Pair each member with its timer (Redis' card, else one consistent read): a member of
+        the timer's current revision, the timer active, is *fresh* and decided now; any other
+        only takes over, waits for or acknowledges a claim (R2). A member whose timer is gone
+        is dropped."""
         timers = {
             m.timer_id: from_card(m.tenant, m.timer_id, card)
             for m in leased.members
@@ -470,109 +470,31 @@ class Run:
         if missing:
             read = self.deps.timers.get_many((m.tenant, m.timer_id) for m in missing)
             timers.update({t.id: t for t in read.values()})
-        jobs, stale = [], []
+        jobs, gone = [], []
         now = self.sync.now()
+        newest: dict[tuple[str, int], Member] = {}  # one job per position: the newest member
+        for m in leased.members:
+            key = (m.timer_id, m.due)
+            if key not in newest or newest[key].rev < m.rev:
+                newest[key] = m
         for m in leased.members:
             timer = timers.get(m.timer_id)
-            if timer is None or timer.rev != m.rev or timer.status != "active":
-                stale.append(m)
+            if timer is None or newest[(m.timer_id, m.due)] is not m:
+                gone.append(m)
                 continue
-            jobs.append(Job(m, timer, decided=step(timer, m, max(now, m.due))))
-        if stale:
-            self.report.stale += len(stale)
-            self._forget(stale)
+            fresh = timer.rev == m.rev and timer.status == "active"
+            decided = step(timer, m, max(now, m.due)) if fresh else None
+            jobs.append(Job(m, timer, fresh, decided))
+        if gone:
+            self.report.stale += len(gone)
+            self._forget(gone)
         return jobs
-
-    def _claim(self, jobs: Sequence[Job]) -> list[Job]:
-        """Claim every job's position; returns the jobs whose position is ours to send or
-        already finished. Others are deferred (held) or dropped (stale)."""
-        until = self.end
-        for job in jobs:
-            assert job.decided is not None
-            job.entry = entry_for(job.decided, job.member, self.owner, until)
-        by_key: dict[str, dict[str, Job]] = defaultdict(dict)
-        for job in jobs:
-            by_key[job.ref[0]][job.ref[1]] = job
-        # Claim items in parallel; the chunks of one item in turn (writes to one item serialize
-        # anyway, and a conditional write that fails costs the item's size).
-        with ThreadPoolExecutor(max(1, min(8, len(by_key)))) as pool:
-            results = list(pool.map(lambda k: self._claim_item(k, by_key[k]), by_key))
-        return [job for ours in results for job in ours]
-
-    def _claim_item(self, key: str, named: dict[str, Job]) -> list[Job]:
-        ours: list[Job] = []
-        for chunk in chunks(named):
-            for attempt in range(CLAIM_ATTEMPTS):
-                try:  # a claim applied despite the error is found again as ours (same owner)
-                    ours += self._claim_chunk(key, chunk)
-                    break
-                except (BotoCoreError, ClientError):
-                    if attempt + 1 < CLAIM_ATTEMPTS and self._may_claim():
-                        log.warning("claim failed; retrying", exc_info=True)
-                        continue
-                    log.warning("claim failed; members released", exc_info=True)
-                    self._give_back(chunk.values())
-        return ours
-
-    def _give_back(self, jobs: Iterable[Job]) -> None:
-        """Members whose claim failed: nothing was sent, so they are due again at once."""
-        back = {job.member: job.member.due for job in jobs}
-        self.report.handed_back += len(back)
-        self._release(back)
 
     def _release(self, members: Mapping[Member, int]) -> None:
         """Give leased members back to due, each leasable from its score."""
         self.deps.index.release(self.bucket, self.owner, members)
         for m in members:
             self.held_leases.pop(m, None)
-
-    def _claim_chunk(self, key: str, named: dict[str, Job]) -> list[Job]:
-        entries = {name: job.entry for name, job in named.items() if job.entry is not None}
-        if self.deps.claims.claim(key, entries):
-            return list(named.values())
-        # Someone holds some of these positions: read them once and sort each out.
-        found = self.deps.claims.read([(key, name) for name in named], consistent=True)
-        ours: list[Job] = []
-        held: dict[Member, int] = {}
-        stale: list[Member] = []
-        for name, job in named.items():
-            existing = found[(key, name)]
-            mine = job.entry
-            assert mine is not None
-            needs_write = existing is None or not (
-                existing.finished or (existing.state == "p" and existing.owner == self.owner)
-            )
-            if needs_write and not self._may_claim():  # one write per entry: mind the deadline
-                held[job.member] = job.member.due
-                continue
-            if existing is None:
-                if self.deps.claims.claim(key, {name: mine}):
-                    ours.append(job)
-                else:
-                    held[job.member] = job.member.due  # raced: look again at once
-            elif existing.finished:
-                job.entry = existing  # fired before: chain from what was recorded
-                self.report.already_fired += 1
-                ours.append(job)
-            elif existing.state == "p" and existing.owner == self.owner:
-                ours.append(job)
-            elif may_claim(existing, job.member.rev, self.sync.now()):
-                if self.deps.claims.take_over(key, name, mine, existing):
-                    ours.append(job)
-                else:
-                    held[job.member] = job.member.due
-            elif existing.state == "t":
-                stale.append(job.member)  # a change at a newer revision owns the position
-            else:  # back when that claim lapses (not before the next window: no busy loop)
-                lapse = (existing.until or 0) + LAPSE_MARGIN_MS
-                held[job.member] = max(lapse, self.sync.now() + ARM_MS + 1)
-        if held:
-            self.report.held += len(held)
-            self._release(held)
-        if stale:
-            self.report.stale += len(stale)
-            self._forget(stale)
-        return ours
 
     # ------------------------------------------------------------ send, record, finish
 
@@ -587,56 +509,81 @@ class Run:
         sent = [j for j in due if j.delivery is not None and j.delivery.settled]
         sent_ids = {id(j) for j in sent}
         self.pending = [j for j in self.pending if id(j) not in sent_ids]
-        self._record(sent)
-        self._finish(sent)
+        self._finish(self._record(sent))
         return bool(sent)
 
-    def _record(self, jobs: Sequence[Job]) -> None:
-        by_key: dict[str, dict[str, Entry]] = defaultdict(dict)
+    def _record(self, jobs: Sequence[Job]) -> list[Job]:
+        """Record each sent job's outcome; returns the jobs recorded as ours (the others' claims
+        lapsed and were taken over: the run that took them finishes them)."""
+        outcomes: dict[str, dict[str, Entry]] = defaultdict(dict)
+        by_name: dict[tuple[str, str], Job] = {}
         for job in jobs:
             d = job.delivery
             assert d is not None and job.entry is not None
             state: State = "d" if d.enqueued_ms is not None else "f"
             at = d.enqueued_ms if d.enqueued_ms is not None else self.sync.now()
-            job.entry = by_key[job.ref[0]][job.ref[1]] = Entry(
-                state,
-                job.entry.rev,
-                n=job.entry.n,
-                pv=job.entry.pv,
+            outcomes[job.ref[0]][job.name] = replace(
+                job.entry,
+                state=state,
+                owner=None,
+                until=None,
                 enqueued=at,
                 reason=d.failure,
-                fired=job.entry.fired,
-                next=job.entry.next,
-                end=job.entry.end,
                 hook=job.timer.webhook is not None,
             )
+            by_name[job.ref] = job
             if d.enqueued_ms is not None:
                 self.report.enqueued += 1
                 self.report.lags_ms.append(d.fired_ms - d.fire_ms)
             else:
                 self.report.failed += 1
                 self.report.failures.append(f"{d.id}: {d.failure}")
-        for key, outcomes in by_key.items():
-            for chunk in chunks(outcomes):
-                if not self._record_chunk(key, chunk):
-                    for name, entry in chunk.items():  # one was taken over: record the rest
-                        self._record_chunk(key, {name: entry})
+        recorded = self._write_back(outcomes, by_name)
         self._hook("recorded")
+        return recorded
 
-    def _record_chunk(self, key: str, entries: Mapping[str, Entry]) -> bool:
-        """Record, retried while the deadline leaves time for another attempt and a finish:
-        a fire sent and not recorded is sent again once its claim lapses."""
+    def _write_back(
+        self, outcomes: Mapping[str, Mapping[str, Entry]], jobs: Mapping[tuple[str, str], Job]
+    ) -> list[Job]:
+        """Write our claimed entries (outcomes, or released claims) a chunk per write, retried
+        while the deadline leaves time for another attempt and a finish: a fire sent and not
+        recorded is sent again once its claim lapses. A chunk that fails its condition (a
+        change adopted one of its entries) is written entry by entry, merging the adoption."""
+        done: list[Job] = []
+        for key, entries in outcomes.items():
+            for chunk in chunks(entries):
+                if self._retried(self.deps.claims.record, key, self.owner, chunk):
+                    written = chunk
+                else:
+                    written = {}
+                    for name, mine in chunk.items():
+                        merged = self._retried(
+                            self.deps.claims.rewrite, key, name, self.owner, mine
+                        )
+                        if merged is None:
+                            self.report.unrecorded += mine.state != "p"  # taken over: re-sent
+                        else:
+                            written[name] = merged
+                for name, entry in written.items():
+                    job = jobs[(key, name)]
+                    job.entry = entry
+                    done.append(job)
+        return done
+
+    def _retried(self, write: Callable[..., T], *args: Any) -> T:
         while True:
             try:
-                return self.deps.claims.record(key, self.owner, entries)
+                return write(*args)
             except (BotoCoreError, ClientError):
                 if self._left() <= RECORD_CALL_MS + 2 * REDIS_CALL_MS:
-                    self.report.unrecorded += len(entries)  # re-sent once their claims lapse
+                    self.report.unrecorded += 1  # re-sent once its claim lapses
                     raise
                 log.warning("record failed; retrying", exc_info=True)
 
     def _finish(self, jobs: Sequence[Job]) -> None:
-        """Checkpoint the timers that need it, then ack and chain in Redis."""
+        """Checkpoint the timers that need it, then ack and chain in Redis. A position chains
+        its successor only under the revision that owns its entry, while that revision is the
+        timer's and the timer is active: a change after it owns what comes next."""
         if not jobs:
             return
         now = self.sync.now()
@@ -646,15 +593,17 @@ class Run:
             assert entry is not None
             if entry.state == "k":
                 self.report.skipped += 1
-            following = next_member(job.member, entry, job.timer.plan)
+            timer = self._owner_of(job)
+            following = None if timer is None else next_member(job.member, entry, timer.plan)
             chained = following is not None and following.due <= now + self.deps.lookahead_ms
-            if is_recurring(job.timer.schedule) and needs_checkpoint(entry, chained):
-                if following is None:
+            if timer is not None and is_recurring(timer.schedule):
+                if needs_checkpoint(entry, chained) and following is None:
                     self.deps.timers.complete(
-                        job.timer, entry.n, job.member.due, now + self.deps.retention_ms
+                        timer, entry.n, job.member.due, now + self.deps.retention_ms
                     )
-                else:
-                    self.deps.timers.checkpoint(job.timer, following.due, following.n, following.pv)
+                elif needs_checkpoint(entry, chained):
+                    assert following is not None
+                    self.deps.timers.checkpoint(timer, following.due, following.n, following.pv)
             done.append((job.member, following if chained else None))
         self._hook("checkpointed")
         earliest = self.deps.index.finish(self.bucket, self.owner, now, done)
@@ -664,6 +613,16 @@ class Run:
             self.deps.index.hint(self.bucket, earliest)
             self.next_due = _earliest(self.next_due, earliest)
         self._hook("finished")
+
+    def _owner_of(self, job: Job) -> Timer | None:
+        """The timer at the revision of the job's entry, if that revision is current and the
+        timer active (read once if the entry is newer than the run's card: a change adopted it)."""
+        assert job.entry is not None
+        rev, timer = job.entry.rev, job.timer
+        if rev > timer.rev:
+            found = self.deps.timers.get_many([(timer.tenant, timer.id)])
+            timer = found.get((timer.tenant, timer.id), timer)
+        return timer if timer.rev == rev and timer.status == "active" else None
 
     def _forget(self, members: Sequence[Member]) -> None:
         """Drop stale members from Redis (they never chain: a newer revision owns the timer)."""
@@ -676,17 +635,16 @@ class Run:
             self.held_leases.pop(m, None)
 
     def _hand_back(self) -> None:
-        """Give back what this run will not finish: claim entries removed (ours only), members
-        released to due at once, so the next run takes them over without waiting."""
+        """Give back what this run will not finish: its claims released (valid until 0, so
+        the next run takes them over at once, keeping each decision), its members to due."""
         unsent = self.pending
         self.pending = []
         try:
-            by_key: dict[str, list[str]] = defaultdict(list)
+            released: dict[str, dict[str, Entry]] = defaultdict(dict)
             for job in unsent:
-                by_key[job.ref[0]].append(job.ref[1])
-            for key, names in by_key.items():
-                for chunk in chunks(dict.fromkeys(names)):
-                    self.deps.claims.unclaim(key, self.owner, list(chunk))
+                assert job.entry is not None
+                released[job.ref[0]][job.name] = replace(job.entry, until=0)
+            self._write_back(released, {job.ref: job for job in unsent})
             if self.held_leases:
                 self.report.handed_back += len(self.held_leases)
                 self.deps.index.release(self.bucket, self.owner, dict(self.held_leases))
@@ -695,7 +653,7 @@ class Run:
             log.exception("hand-back failed; leases and claims will lapse")
 
     def _clock_state(self) -> dict[str, int | None]:
-        return {"offset_ms": self.sync.offset, "error_ms": self.sync.error}
+        return {"offset_ms": self.sync.wall_offset, "error_ms": self.sync.error}
 
 
 def _earliest(a: int | None, b: int | None) -> int | None:

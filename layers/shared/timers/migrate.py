@@ -7,13 +7,16 @@ for what Redis lacks:
   checkpoint lags behind now, so every run sees each active chained timer and asks Redis (one
   script per bucket) whether its chain is alive; a timer whose next occurrence is beyond the
   look-ahead sits at that occurrence and is seen only when it comes near.
-- **One-shots** are listed in the ``wakeups`` table, read per shard in due order from a
-  watermark that moves past the items whose one-shots all fired or changed.
+- **One-shots** are listed in the ``wakeups`` table: every item of a shard due within the
+  window is read, and an item is deleted once each of its listings is dead (R4 in
+  docs/fire-path.md: its timer gone or changed since, its position finished, or the timer
+  inactive with nothing owed) - stable facts, so nothing needed is ever deleted.
 
 What Redis lacks is *restored*: the timer is read (consistently), its cursor derived by a walk
-over the claim entries, and its position put back with the timer's card. A walk that finds the
-timer done, or its next occurrence beyond the look-ahead, heals the checkpoint instead. So after
-a FLUSHALL, a failover that lost the last writes, or a run that died at any line, the next run
+over the claim entries, and its position put back with the timer's card - a pending (owed)
+position too, which the next run takes over once its claim lapses. A walk that finds the timer
+done, or its next occurrence beyond the look-ahead, heals the checkpoint instead. So after a
+FLUSHALL, a failover that lost the last writes, or a run that died at any line, the next run
 puts back exactly what is missing - overdue work included, however old (no cliff); adding is
 idempotent and skips what fired recently or is alive, so runs may overlap, repeat or be late.
 
@@ -24,16 +27,16 @@ due-index sweep cut by its share continues from a saved position next run.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from timers.adapters.claims import ClaimStore
-from timers.adapters.redis_index import FIRED, MISSING, Placement
+from timers.adapters.redis_index import FIRED, MISSING, SUPERSEDED, Placement
 from timers.adapters.timers_table import TimerStore
 from timers.adapters.wakeups import Placed, WakeupStore
-from timers.core.chain import Member, drive, walk
+from timers.core.chain import Cursor, Member, drive, entry_ref, walk
 from timers.core.schedule import is_recurring
 from timers.core.timer import Timer, to_card
 
@@ -44,7 +47,7 @@ SHARD_WORKERS = 8
 RESUME_TTL_MS = 10 * 60_000
 """A due-index resume position older than this is stale; dropping it restarts a sweep."""
 
-Outcome = Literal["stale", "done", "added", "later"]
+Outcome = Literal["gone", "done", "added", "later", "idle"]
 StartKey = dict[str, dict[str, Any]]
 
 
@@ -100,13 +103,13 @@ class MigrationReport:
     read: int = 0  # rows read (due-index entries and one-shot listings)
     missing: int = 0  # of those, not in Redis: read from DynamoDB
     added: int = 0  # put back into Redis
-    healed: int = 0  # checkpoints moved or timers completed by a walk
-    watermarks: int = 0  # one-shot shards whose watermark moved
+    healed: int = 0  # checkpoints moved, timers completed or out of the index, by a walk
+    deleted: int = 0  # wakeup items whose every listing was dead
     budget_hit_shards: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
 
     def add(self, other: MigrationReport) -> None:
-        for name in ("read", "missing", "added", "healed", "watermarks", "budget_hit_shards"):
+        for name in ("read", "missing", "added", "healed", "deleted", "budget_hit_shards"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for name, count in other.outcomes.items():
             self.outcomes[name] = self.outcomes.get(name, 0) + count
@@ -139,8 +142,8 @@ def recurring_shard(
     rows, resume = deps.timers.due_page(shard, until, quota, start)
     report.read = len(rows)
     states = deps.index.alive([(part, tid, rev, None) for _, tid, _, rev, part in rows])
-    missing = [(tenant, tid, rev) for (tenant, tid, _, rev, _), s in zip(rows, states, strict=True)
-               if s == MISSING]  # fmt: skip
+    missing = {(tenant, tid) for (tenant, tid, _, _, _), state in zip(rows, states, strict=True)
+               if state == MISSING}  # fmt: skip
     restore(deps, missing, now_ms, until, report)
     # Saved only after the adds: a run that dies before this point redoes the same slice.
     deps.positions.put(shard, resume)
@@ -152,79 +155,92 @@ def one_shot_shard(
     deps: MigratorDeps, shard: str, now_ms: int, until: int, quota: int
 ) -> MigrationReport:
     report = MigrationReport(until)
-    mark = deps.wakeups.watermark(shard)
-    rows, more = deps.wakeups.window(shard, mark, until, quota)
+    rows, more = deps.wakeups.window(shard, until, quota)
     listings: list[Placed] = [placed for _, group in rows for placed in group]
     report.read = len(listings)
     states = deps.index.alive([(b, m.timer_id, m.rev, m) for b, m in listings])
     state_of = {(b, str(m)): s for (b, m), s in zip(listings, states, strict=True)}
-    missing = [m for b, m in listings if state_of[(b, str(m))] == MISSING]
-    outcomes = restore(deps, [(m.tenant, m.timer_id, m.rev) for m in missing], now_ms, until,
-                       report, expect={m.timer_id: m.due for m in missing})  # fmt: skip
+    missing = [(b, m) for b, m in listings if state_of[(b, str(m))] == MISSING]
+    timers = restore(deps, {(m.tenant, m.timer_id) for _, m in missing}, now_ms, until, report)
+    entries = deps.claims.read(
+        [entry_ref(b, m.timer_id, m.due) for b, m in missing], consistent=True
+    )
 
     def dead(placed: Placed) -> bool:
         partition, member = placed
         state = state_of[(partition, str(member))]
-        return state == FIRED or (
-            state == MISSING and outcomes.get(member.timer_id) in ("stale", "done")
+        if state != MISSING:  # a newer revision wrote its own listing if it needed one
+            return state in (FIRED, SUPERSEDED)
+        timer = timers.get((member.tenant, member.timer_id))
+        entry = entries[entry_ref(partition, member.timer_id, member.due)]
+        return (
+            timer is None
+            or timer.rev != member.rev  # the change since wrote its own listing if needed
+            or (entry is not None and entry.finished)
+            or (timer.status != "active" and (entry is None or entry.state != "p"))
         )
 
-    moved = mark
-    for wake, group in rows:
-        if not all(dead(p) for p in group):
-            moved = wake
-            break
-        moved = wake + "~"  # just after this item: everything before it is dead
-    if moved != mark and moved is not None:
-        deps.wakeups.set_watermark(shard, moved)
-        report.watermarks = 1
+    gone = [wake for wake, group in rows if all(dead(p) for p in group)]
+    if gone:
+        deps.wakeups.delete(shard, gone)
+        report.deleted = len(gone)
     report.budget_hit_shards = int(more)
     return report
 
 
 def restore(
     deps: MigratorDeps,
-    keys: Sequence[tuple[str, str, int]],
+    keys: Collection[tuple[str, str]],
     now_ms: int,
     until: int,
     report: MigrationReport,
-    expect: dict[str, int] | None = None,
-) -> dict[str, Outcome]:
-    """Read the timers Redis lacks, walk each to its cursor, and put back, heal or drop it.
-
-    ``expect`` (one-shot listings): the due time a listing stands for; a timer that moved
-    elsewhere since is stale for that listing."""
-    outcomes: dict[str, Outcome] = {}
+) -> dict[tuple[str, str], Timer]:
+    """Read the timers Redis lacks, walk each to its cursor, and put back its position - or heal
+    what the walk shows: a recurring timer done (its last trigger died before saying so), a
+    checkpoint that lags a cursor beyond the window, an inactive timer that no longer owes a
+    fire. Returns the timers read (absent: gone)."""
     if not keys:
-        return outcomes
+        return {}
     report.missing += len(keys)
-    timers = deps.timers.get_many([(tenant, tid) for tenant, tid, _ in keys])
-    current: list[Timer] = []
-    for tenant, tid, rev in keys:
-        timer = timers.get((tenant, tid))
-        moved = expect is not None and timer is not None and timer.next_fire_ms != expect.get(tid)
-        if timer is None or timer.rev != rev or timer.status != "active" or moved:
-            outcomes[tid] = "stale"
-        else:
-            current.append(timer)
-    cursors = drive([walk(t, now_ms) for t in current], deps.claims.read)
+    timers = deps.timers.get_many(sorted(keys))
+    found = list(timers.values())
+    cursors = drive([walk(t) for t in found], lambda refs: deps.claims.read(refs, True))
     placements: list[Placement] = []
-    for timer, cursor in zip(current, cursors, strict=True):
-        if cursor.pos is None:
-            outcomes[timer.id] = "done"
-            if is_recurring(timer.schedule):  # its last fire's trigger died before saying so
-                deps.timers.complete(timer, cursor.n, cursor.last, now_ms + deps.retention_ms)
-                report.healed += 1
-        elif cursor.pos > until:
-            outcomes[timer.id] = "later"
-            if is_recurring(timer.schedule) and cursor.pos != timer.next_fire_ms:
-                deps.timers.checkpoint(timer, cursor.pos, cursor.n, cursor.last)
-                report.healed += 1
-        else:
-            outcomes[timer.id] = "added"
-            member = Member(timer.tenant, timer.id, cursor.pos, timer.rev, cursor.n, cursor.last)
-            placements.append((timer.partition, member, to_card(timer)))
+    outcomes: dict[str, int] = {"gone": len(keys) - len(found)}
+    for timer, cursor in zip(found, cursors, strict=True):
+        outcome = _restore_one(deps, timer, cursor, now_ms, until, placements, report)
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
     report.added += deps.index.ensure(placements)
-    for outcome in outcomes.values():
-        report.outcomes[outcome] = report.outcomes.get(outcome, 0) + 1
-    return outcomes
+    for name, count in outcomes.items():
+        report.outcomes[name] = report.outcomes.get(name, 0) + count
+    return timers
+
+
+def _restore_one(
+    deps: MigratorDeps,
+    timer: Timer,
+    cursor: Cursor,
+    now_ms: int,
+    until: int,
+    placements: list[Placement],
+    report: MigrationReport,
+) -> Outcome:
+    recurring = is_recurring(timer.schedule)
+    owes = cursor.pending is not None
+    if cursor.pos is not None and (owes or (timer.status == "active" and cursor.pos <= until)):
+        member = Member(timer.tenant, timer.id, cursor.pos, timer.rev, cursor.n, cursor.last)
+        placements.append((timer.partition, member, to_card(timer)))
+        return "added"
+    if timer.status != "active":
+        if timer.owed:  # its owed fire finished: out of the index (R4)
+            report.healed += deps.timers.settle_owed(timer)
+        return "idle"
+    if cursor.pos is None:
+        if recurring:  # its last fire's trigger died before saying so
+            report.healed += deps.timers.complete(
+                timer, cursor.n, cursor.last, now_ms + deps.retention_ms
+            )
+        return "done"
+    if recurring and cursor.pos != timer.next_fire_ms:  # the chain left Redis without saying so
+        report.healed += deps.timers.checkpoint(timer, cursor.pos, cursor.n, cursor.last)
+    return "later"

@@ -53,10 +53,18 @@ def bind_tables(settings: Settings) -> None:
     tenants.bind_tables(settings)
 
 
-def stores(settings: Settings) -> tuple[TimerStore, ClaimStore, WakeupStore]:
+def monotonic_ms() -> int:
+    """Elapsed time: what the trigger measures its clock offset with (a wall-clock step of the
+    host cannot move it)."""
+    return time.monotonic_ns() // 1_000_000
+
+
+def stores(
+    settings: Settings, clock: Callable[[], int] = wall_clock_ms
+) -> tuple[TimerStore, ClaimStore, WakeupStore]:
     bind_tables(settings)
     return (
-        TimerStore(settings.due_shards),
+        TimerStore(settings.due_shards, clock=clock),
         ClaimStore(settings.claims_table, settings.fire_retention_days),
         WakeupStore(settings.due_shards, settings.fire_retention_days),
     )
@@ -77,7 +85,7 @@ def build_runtime(
     redis_conn: Any = None,
 ) -> Runtime:
     settings = settings or Settings.from_env()
-    timer_store, claims, wakeup_store = stores(settings)
+    timer_store, claims, wakeup_store = stores(settings, clock)
     conn = redis_conn if redis_conn is not None else redis_client(settings)
     service = TimerService(
         timers=timer_store,

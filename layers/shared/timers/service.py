@@ -25,12 +25,15 @@ from timers.adapters.timers_table import TimerStore
 from timers.adapters.wakeups import WakeupStore
 from timers.core import timer as timers
 from timers.core.chain import (
+    Cursor,
+    Entry,
     Member,
     drive,
     entry_ref,
     history,
     partition_for,
     resolved,
+    settled,
     tombstone,
     walk,
 )
@@ -41,7 +44,7 @@ from timers.core.errors import (
     InvalidInput,
     NotFound,
 )
-from timers.core.schedule import Misfire, Plan, Schedule, is_recurring, preview
+from timers.core.schedule import Misfire, Plan, Schedule, is_recurring, next_fire, preview
 from timers.core.timer import Timer
 from timers.core.times import format_ms
 from timers.core.views import fire_view, timer_view
@@ -63,6 +66,8 @@ class DueIndex(Protocol):
     def replace(
         self, bucket: int, timer_id: str, rev: int, member: Member | None, card: str | None
     ) -> bool: ...
+
+    def recard(self, partition: int, timer_id: str, rev: int, card: str) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -188,8 +193,9 @@ class TimerService:
         return views
 
     def _store_new(self, created: Sequence[Timer]) -> None:
-        """Wakeups first (a wakeup without its timer is skipped as stale), then the timers,
-        then the fast path: what is due within the look-ahead goes into Redis now."""
+        """Wakeups first (a wakeup without its timer is dead), then the timers (their big
+        payloads first), then the fast path: what is due within the look-ahead goes into Redis
+        now."""
         one_shots = [t for t in created if _member(t) is not None and not is_recurring(t.schedule)]
         if one_shots:
             self.wakeups.put(self.wakeups.items((t.partition, _placed(t)) for t in one_shots))
@@ -272,10 +278,11 @@ class TimerService:
         self, tenant: Tenant, timer_id: str, limit: int, cursor: str | None
     ) -> dict[str, Any]:
         """Newest first, from the claim entries: the timer is found for this tenant first."""
-        timer, _ = self._current(self._load(tenant, timer_id))
+        timer, at = self._current(self._load(tenant, timer_id))
         scope = f"fires:{timer_id}"
         before = _decode_cursor(cursor, tenant, scope)
-        start = int(before) if before is not None else timer.last_fire_pos
+        newest = at.pos if at.pending is not None else timer.last_fire_pos
+        start = int(before) if before is not None else newest
         [(fires, more)] = drive(
             [history(timer.partition, timer.id, start, limit)], self.claims.read
         )
@@ -304,18 +311,18 @@ class TimerService:
         return timer
 
     def _resolve(self, stored: Sequence[Timer], consistent: bool = False) -> Sequence[Timer]:
-        now = self.clock()
-        cursors = drive(
-            [walk(t, now) for t in stored],
+        return [resolved(t, c) for t, c in zip(stored, self._walk(stored, consistent), strict=True)]
+
+    def _walk(self, stored: Sequence[Timer], consistent: bool) -> builtins.list[Cursor]:
+        return drive(
+            [walk(t) for t in stored],
             lambda refs: self.claims.read(refs, consistent=consistent),
         )
-        return [resolved(t, c) for t, c in zip(stored, cursors, strict=True)]
 
-    def _current(self, stored: Timer) -> tuple[Timer, int | None]:
-        """The derived timer, and the position a change must tombstone (None: nothing can
-        fire, the timer is not active)."""
-        (current,) = self._resolve([stored], consistent=True)
-        return current, current.next_fire_ms if current.status == "active" else None
+    def _current(self, stored: Timer) -> tuple[Timer, Cursor]:
+        """The derived timer, and its cursor (consistent reads)."""
+        (cursor,) = self._walk([stored], consistent=True)
+        return resolved(stored, cursor), cursor
 
     # ---------------------------------------------------------------- change
 
@@ -340,43 +347,92 @@ class TimerService:
     def _change(
         self, tenant: Tenant, timer_id: str, change: Callable[[Timer, int], Timer] | None
     ) -> dict[str, Any]:
-        """Re-read, derive, apply, and commit in one transaction with a tombstone on the
-        cursor; a claim or another change that got there first makes it start over."""
+        """Re-read, derive, apply, and commit in one transaction that is ordered with the claim
+        of the timer's cursor (docs/fire-path.md, R5): an unclaimed cursor is fenced; a claimed
+        one is owed - it is still sent, and the change is *adopted* into its entry, so the new
+        revision continues after it. A claim or another change that got there first makes the
+        transaction fail, and the change starts over."""
 
         def attempt() -> dict[str, Any]:
             stored = self._load(tenant, timer_id)
             current, cursor = self._current(stored)
+            base = settled(stored, cursor)  # as if the owed fire, if any, had finished
             now = self.clock()
-            after = None if change is None else change(current, now)
-            if after is not None and after == current:
+            after = None if change is None else change(base, now)
+            if after is not None and after == base:
                 return timer_view(current)
-            if after is not None:
-                after = self._with_expiry(replace(after, rev=stored.rev + 1), now)
-            writes = self.timers.change_writes(stored, after)
             new_rev = stored.rev + 1
-            if cursor is not None:
-                ref = entry_ref(stored.partition, stored.id, cursor)
-                writes.append(self.claims.tombstone_update(ref, tombstone(new_rev), now))
-            if (
-                after is not None
-                and (member := _member(after)) is not None
-                and not (is_recurring(after.schedule))
-            ):
-                wakeup = self.wakeups.items([(after.partition, member)])[0]
+            if after is not None:
+                after = replace(after, rev=new_rev, owed=False)
+                if after.anchor_ms != base.anchor_ms:  # a new schedule
+                    after = self._first_unclaimed(after)
+            owed, pos = cursor.pending, cursor.pos
+            writes: list[dict[str, Any]] = []
+            kept, listed = after, [after]
+            if owed is not None and pos is not None:
+                ref = entry_ref(stored.partition, stored.id, pos)
+                if after is not None:  # a deleted timer's owed fire goes if its claimant lives
+                    writes.append(self.claims.adopt_update(ref, _adopted(owed, after), owed))
+                    # The stored cursor stays on the owed fire until it is recorded (R3); until
+                    # then the timer counts as active and stays findable (R4).
+                    kept = replace(
+                        after,
+                        next_fire_ms=pos,
+                        fire_count=cursor.n,
+                        last_fire_pos=cursor.last,
+                        status="active" if after.status == "completed" else after.status,
+                        owed=after.status != "active",
+                    )
+                    listed = [kept, after]
+            elif pos is not None:
+                ref = entry_ref(stored.partition, stored.id, pos)
+                writes.append(self.claims.fence_update(ref, tombstone(new_rev)))
+            if kept is not None:
+                kept = self._with_expiry(kept, now, later=after)
+            writes[:0] = self.timers.change_writes(stored, kept)
+            placed = [(t.partition, m) for t in listed if t and (m := _member(t, listed=True))]
+            for wakeup in self.wakeups.items(placed) if placed else []:
                 writes.append({"Put": {"TableName": _table(wakeup), "Item": wakeup.serialize()}})
             self.timers.transact(writes)
-            self._sync(stored, after, new_rev)
-            return timer_view(after) if after is not None else {}
+            self._sync(stored, kept, new_rev, adopted=owed is not None)
+            if kept is None:
+                return {}
+            shown = Cursor(kept.next_fire_ms, kept.fire_count, kept.last_fire_pos, owed)
+            return timer_view(resolved(kept, shown))
 
         return _retry_on_conflict(attempt)
 
-    def _sync(self, before: Timer, after: Timer | None, rev: int) -> None:
+    def _first_unclaimed(self, timer: Timer) -> Timer:
+        """A new schedule starts at an occurrence the timer has not claimed: fire ids are
+        ``<timer id>:<due ms>``, and one that fired is never fired again. A recurring schedule
+        moves on to its next occurrence; a one-shot at a time that already fired is refused."""
+        for _ in range(WRITE_ATTEMPTS):
+            pos = timer.next_fire_ms
+            if pos is None:
+                return timer
+            ref = entry_ref(timer.partition, timer.id, pos)
+            found = self.claims.read([ref], consistent=True)[ref]
+            if found is None or found.state == "t":
+                return timer
+            if not is_recurring(timer.schedule):
+                raise InvalidInput(
+                    "the timer already fired at that time",
+                    [FieldError("schedule", f"{format_ms(pos)} already fired; choose another")],
+                )
+            timer = timers.with_cursor(timer, next_fire(timer.plan, pos))
+        raise ConcurrentUpdate("the new schedule's first occurrences are all claimed")
+
+    def _sync(self, before: Timer, after: Timer | None, rev: int, adopted: bool) -> None:
         """Keep Redis in step with a committed change; DynamoDB stays the truth if Redis is
-        unreachable (the tombstone already stops the old position)."""
+        unreachable (the fence already stops the old position). An adopted change only updates
+        the timer's card: the owed fire's member stays the head, and chains the new revision."""
         if self.index is None:
             return
-        soon = after is not None and self._due_soon(after)
         try:
+            if adopted and after is not None:
+                self.index.recard(before.partition, before.id, rev, timers.to_card(after))
+                return
+            soon = after is not None and self._due_soon(after)
             self.index.replace(
                 before.partition,
                 before.id,
@@ -391,20 +447,26 @@ class TimerService:
         member = _member(timer)
         return member is not None and member.due <= self.clock() + self.lookahead_ms
 
-    def _with_expiry(self, timer: Timer, now: int) -> Timer:
+    def _with_expiry(self, timer: Timer, now: int, later: Timer | None = None) -> Timer:
         """When the timer is deleted: a one-shot ``retention`` after it is due (set ahead, so
-        firing it writes nothing); a timer completed by a change ``retention`` from now."""
+        firing it writes nothing; ``later``: the re-armed one-shot that follows an owed fire);
+        a timer completed by a change ``retention`` from now."""
         if timer.status == "completed":
             return replace(timer, expires_ms=now + self.retention_ms)
-        due = timer.next_fire_ms
+        dues = [t.next_fire_ms for t in (timer, later) if t is not None and t.status == "active"]
+        due = max((d for d in dues if d is not None), default=None)
         if timer.status == "active" and due is not None and not is_recurring(timer.schedule):
             return replace(timer, expires_ms=due + self.retention_ms)
         return replace(timer, expires_ms=None)
 
 
-def _member(timer: Timer) -> Member | None:
-    """The Redis member an active timer's cursor stands for."""
-    if timer.status != "active" or timer.next_fire_ms is None:
+def _member(timer: Timer, listed: bool = False) -> Member | None:
+    """The Redis member an active timer's cursor stands for; ``listed``: the wakeup listing a
+    one-shot needs for it (also while it owes a claimed fire)."""
+    if listed and is_recurring(timer.schedule):
+        return None
+    live = timer.status == "active" or (listed and timer.owed)
+    if not live or timer.next_fire_ms is None:
         return None
     return Member(
         timer.tenant, timer.id, timer.next_fire_ms, timer.rev, timer.fire_count,
@@ -416,6 +478,15 @@ def _placed(timer: Timer) -> Member:
     member = _member(timer)
     assert member is not None
     return member
+
+
+def _adopted(owed: Entry, after: Timer) -> Entry:
+    """A pending entry handed to the change's revision: its successor is the change's next
+    position (a pause leaves it be: nothing chains a paused timer)."""
+    if after.status == "paused":
+        return replace(owed, rev=after.rev)
+    following = after.next_fire_ms if after.status == "active" else None
+    return replace(owed, rev=after.rev, next=following, end=following is None)
 
 
 def _table(item: Any) -> str:

@@ -1,22 +1,37 @@
-"""DynamoDB ``claims`` table: one item per bucket and second, one attribute per claimed position.
+"""DynamoDB ``claims`` table: claim items of a partition and second, one attribute per position.
 
-The item key is ``k = "<bucket>/<second>"``; each entry is a top-level map attribute named
+The item key is ``k = "<partition>/<second>"``; each entry is a top-level map attribute named
 ``<timer id>@<ms>`` (see :mod:`timers.core.chain`). A write costs the item's size, so one
 conditional ``UpdateItem`` claims a whole chunk of fires and one records it. boto3's low-level
 client is used directly: entry names are data, which a pynamodb model cannot express, and the
 trigger's hot path is lighter without an ORM.
+
+**Items stay small** (docs/fire-path.md, "Claim items stay small"). An item takes a new
+attribute only while it is unsealed and holds fewer than ``cap`` of them (counter ``c``); a
+claim that does not fit seals it (``sl``) for good, and the positions it lacks go to a child
+item, ``<key>/<digit>``, the digit taken from the timer's hash at that depth. An entry's *home*
+is the first item on its path that holds it or is unsealed: sealed items never gain entries,
+so a home never moves and an entry never exists twice. Writes that only change an existing
+entry (record, takeover, adoption, release) are allowed in sealed items.
+
+**Entries only move forward** (R1): nothing here removes an entry. A run that gives work back
+releases its claims (valid until 0: the next run takes them over at once); a record is
+conditional on its owner and on the revision it knows, and merges a change's adoption.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from timers.adapters.dynamodb import LowLevelClient
 from timers.core.chain import Entry, EntryRef
+from timers.core.errors import ConcurrentUpdate
 from timers.core.webhooks import DeliveryState
 
 CHUNK = 50
@@ -24,8 +39,18 @@ CHUNK = 50
 operators an expression may hold, ~40 of its 4 KB); moto's expression parser recurses once per
 operand and overflows Python's stack near 100, so the local stack stays well below."""
 
+CLAIM_CAP = 256
+"""Attributes an item takes before it is sealed: ~20 KB of entries (an entry is ~75 bytes, an
+HTTP fire's delivery record as much again), far below DynamoDB's 400 KB item limit, and small
+enough that a write into a full item (a write costs the item's size) stays ~20 WRU."""
+
+MAX_DEPTH = 16  # hex digits of the timer hash: 16^16 items per second and partition
 BATCH_GET = 100  # keys per BatchGetItem
 TTL_ATTRIBUTE = "expires_at"
+TTL_MARGIN_S = 86_400
+"""Claim items outlive the timers they belong to by a day: a timer (whose reads hide it once it
+expired) never shows a fire count its claim entries no longer back."""
+SEALED, COUNT = "sl", "c"
 
 _FIELDS = {  # Entry field -> (map key, DynamoDB type)
     "state": ("s", "S"),
@@ -42,6 +67,7 @@ _FIELDS = {  # Entry field -> (map key, DynamoDB type)
     "hook": ("h", "BOOL"),
 }
 _NAMES = {f"#{key}": key for key, _ in _FIELDS.values()}
+_NAME = re.compile(r"#\w+")
 
 
 Fields = Mapping[str, tuple[str, str]]  # dataclass field -> (map key, DynamoDB type)
@@ -101,74 +127,106 @@ def delivery_from_item_value(value: Mapping[str, Any]) -> DeliveryState:
     return DeliveryState(**_from_map(value, _DELIVERY_FIELDS))
 
 
+def weight(entry: Entry) -> int:
+    """Attributes an entry may bring into its item: an HTTP fire's delivery record is written
+    later by the delivery function, so its room is taken with the claim."""
+    return 2 if entry.hook else 1
+
+
+def child_key(key: str, entry_name: str) -> str:
+    """The item below ``key`` on the path of the entry's timer."""
+    depth = key.count("/") - 1
+    if depth >= MAX_DEPTH:
+        raise RuntimeError(f"claims: no room left on the path of {entry_name} at {key}")
+    timer_id = entry_name.split("@", 1)[0]
+    return f"{key}/{hashlib.blake2b(timer_id.encode(), digest_size=8).hexdigest()[depth]}"
+
+
+@dataclass(frozen=True)
+class Located:
+    """Where an entry lives: its home item and what it holds there (None: absent, and then
+    ``count`` is how many attributes the home has taken: room is ``cap - count``)."""
+
+    key: str
+    entry: Entry | None
+    count: int = 0
+
+    def ref(self, name: str) -> EntryRef:
+        return self.key, name
+
+
 class ClaimStore(LowLevelClient):
     def __init__(
-        self, table: str, retention_days: int, client: Any = None, record_client: Any = None
+        self,
+        table: str,
+        retention_days: int,
+        client: Any = None,
+        record_client: Any = None,
+        cap: int = CLAIM_CAP,
     ) -> None:
         self.table = table
         self.retention_days = retention_days
         self._client = client
         # Records may wait longer than claims: a record lost after its send is a duplicate.
         self._record_client = record_client
+        self.cap = cap
 
     def expires_at(self, key: str) -> int:
-        """TTL of a claim item (epoch seconds): its second plus the retention."""
-        second = int(key.split("/", 1)[1])
-        return second + self.retention_days * 86_400
+        """TTL of a claim item (epoch seconds): its second plus the retention and a margin."""
+        second = int(key.split("/", 2)[1])
+        return second + self.retention_days * 86_400 + TTL_MARGIN_S
 
     # ---------------------------------------------------------------- reads
+
+    def locate(self, refs: Iterable[EntryRef], consistent: bool = False) -> dict[EntryRef, Located]:
+        """Each entry's home, from the item its ref names (the root of its path) down through
+        sealed items that lack it."""
+        looking = {ref: ref[0] for ref in refs}
+        found: dict[EntryRef, Located] = {}
+        for _ in range(MAX_DEPTH + 1):
+            if not looking:
+                break
+            wanted: dict[str, set[str]] = {}
+            for (_, name), key in looking.items():
+                wanted.setdefault(key, set()).add(name)
+            items = self._items(wanted, consistent, (SEALED, COUNT))
+            deeper: dict[EntryRef, str] = {}
+            for ref, key in looking.items():
+                item = items.get(key, {})
+                name = ref[1]
+                if name in item:
+                    found[ref] = Located(key, from_item_value(item[name]))
+                elif SEALED in item:
+                    deeper[ref] = child_key(key, name)
+                else:
+                    count = int(item[COUNT]["N"]) if COUNT in item else 0
+                    found[ref] = Located(key, None, count)
+            looking = deeper
+        return found
 
     def read(
         self, refs: Iterable[EntryRef], consistent: bool = False
     ) -> dict[EntryRef, Entry | None]:
-        """The entries named (None where absent), in batches of BATCH_GET items."""
-        wanted: dict[str, set[str]] = {}
-        for key, name in refs:
-            wanted.setdefault(key, set()).add(name)
-        found: dict[EntryRef, Entry | None] = {
-            (key, name): None for key, names in wanted.items() for name in names
-        }
-        keys = sorted(wanted)
-        for start in range(0, len(keys), BATCH_GET):
-            chunk = keys[start : start + BATCH_GET]
-            names = sorted({n for key in chunk for n in wanted[key]})
-            request: dict[str, Any] = {
-                "Keys": [{"k": {"S": key}} for key in chunk],
-                "ConsistentRead": consistent,
-                "ProjectionExpression": ", ".join(["k", *(f"#p{i}" for i in range(len(names)))]),
-                "ExpressionAttributeNames": {f"#p{i}": n for i, n in enumerate(names)},
-            }
-            for item in self._batch_get(request):
-                key = item["k"]["S"]
-                for name in wanted.get(key, ()):
-                    if name in item:
-                        found[(key, name)] = from_item_value(item[name])
-        return found
+        """The entries named (None where absent), wherever on their paths they live."""
+        return {ref: at.entry for ref, at in self.locate(refs, consistent).items()}
 
     def read_deliveries(self, refs: Iterable[EntryRef]) -> dict[EntryRef, DeliveryState]:
         """The delivery records of these positions' HTTP fires (absent ones left out)."""
+        homes = {ref: at.key for ref, at in self.locate(refs).items()}
         wanted: dict[str, set[str]] = {}
-        for key, name in refs:
+        for (_, name), key in homes.items():
             wanted.setdefault(key, set()).add(delivery_name(name))
+        items = self._items(wanted, consistent=False)
         found: dict[EntryRef, DeliveryState] = {}
-        keys = sorted(wanted)
-        for start in range(0, len(keys), BATCH_GET):
-            chunk = keys[start : start + BATCH_GET]
-            names = sorted({n for key in chunk for n in wanted[key]})
-            request: dict[str, Any] = {
-                "Keys": [{"k": {"S": key}} for key in chunk],
-                "ProjectionExpression": ", ".join(["k", *(f"#p{i}" for i in range(len(names)))]),
-                "ExpressionAttributeNames": {f"#p{i}": n for i, n in enumerate(names)},
-            }
-            for item in self._batch_get(request):
-                key = item["k"]["S"]
-                for name in wanted.get(key, ()):
-                    if name in item:
-                        found[(key, name[2:])] = delivery_from_item_value(item[name])
+        for ref, key in homes.items():
+            value = items.get(key, {}).get(delivery_name(ref[1]))
+            if value is not None:
+                found[ref] = delivery_from_item_value(value)
         return found
 
     def read_delivery(self, ref: EntryRef) -> DeliveryState | None:
-        """One fire's delivery record (consistent), None before its first attempt."""
+        """One fire's delivery record (consistent), None before its first attempt. ``ref``
+        names the entry's home (the trigger sends it with the fire)."""
         key, name = ref
         response = self.client.get_item(
             TableName=self.table,
@@ -184,7 +242,8 @@ class ClaimStore(LowLevelClient):
         self, ref: EntryRef, state: DeliveryState, previous: DeliveryState | None
     ) -> bool:
         """Store a delivery record, only over the one read before (``previous``): two copies
-        of a message handled at once cannot both count their attempt as the same one."""
+        of a message handled at once cannot both count their attempt as the same one. Its room
+        in the item was taken with the claim (:func:`weight`)."""
         key, name = ref
         if previous is None:
             condition = "attribute_not_exists(#w)"
@@ -192,29 +251,36 @@ class ClaimStore(LowLevelClient):
         else:
             condition = "#w.#a = :prev"
             values = {":prev": {"N": str(previous.attempts)}}
-        try:
-            self.client.update_item(
-                TableName=self.table,
-                Key={"k": {"S": key}},
-                UpdateExpression=(
-                    f"SET #w = :v, {TTL_ATTRIBUTE} = if_not_exists({TTL_ATTRIBUTE}, :ttl)"
-                ),
-                ConditionExpression=condition,
-                ExpressionAttributeNames={
-                    "#w": delivery_name(name),
-                    **({"#a": "a"} if previous is not None else {}),
-                },
-                ExpressionAttributeValues={
-                    **values,
-                    ":v": delivery_to_item_value(state),
-                    ":ttl": {"N": str(self.expires_at(key))},
-                },
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        return self._write(
+            key,
+            f"SET #w = :v, {TTL_ATTRIBUTE} = if_not_exists({TTL_ATTRIBUTE}, :ttl)",
+            condition,
+            {"#w": delivery_name(name), **({"#a": "a"} if previous is not None else {})},
+            {
+                **values,
+                ":v": delivery_to_item_value(state),
+                ":ttl": {"N": str(self.expires_at(key))},
+            },
+        )
+
+    def _items(
+        self, wanted: Mapping[str, set[str]], consistent: bool, extra: Sequence[str] = ()
+    ) -> dict[str, dict[str, Any]]:
+        """The named attributes of each item (BatchGetItem, BATCH_GET keys a call)."""
+        keys = sorted(wanted)
+        out: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(keys), BATCH_GET):
+            chunk = keys[start : start + BATCH_GET]
+            names = sorted({n for key in chunk for n in wanted[key]} | set(extra))
+            request: dict[str, Any] = {
+                "Keys": [{"k": {"S": key}} for key in chunk],
+                "ConsistentRead": consistent,
+                "ProjectionExpression": ", ".join(["k", *(f"#p{i}" for i in range(len(names)))]),
+                "ExpressionAttributeNames": {f"#p{i}": n for i, n in enumerate(names)},
+            }
+            for item in self._batch_get(request):
+                out[item["k"]["S"]] = item
+        return out
 
     def _batch_get(self, request: dict[str, Any]) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
@@ -227,99 +293,185 @@ class ClaimStore(LowLevelClient):
                 return items
         raise RuntimeError("claims: BatchGetItem kept returning unprocessed keys")
 
-    # ---------------------------------------------------------------- writes
+    # ---------------------------------------------------------------- the trigger's writes
 
     def claim(self, key: str, entries: Mapping[str, Entry]) -> bool:
-        """Write every entry in one conditional write, if none of them exists yet."""
+        """Write every entry in one conditional write, if none of them exists in ``key`` yet
+        and the item, unsealed, has room for them. False: one exists, or no room (the caller
+        locates them and seals a full item)."""
         names = list(entries)
+        adding = sum(weight(e) for e in entries.values())
         return self._update(
             key,
             "SET "
             + ", ".join(f"#e{i} = :v{i}" for i in range(len(names)))
-            + f", {TTL_ATTRIBUTE} = if_not_exists({TTL_ATTRIBUTE}, :ttl)",
-            " AND ".join(f"attribute_not_exists(#e{i})" for i in range(len(names))),
+            + f", {TTL_ATTRIBUTE} = if_not_exists({TTL_ATTRIBUTE}, :ttl)"
+            + ", #c = if_not_exists(#c, :zero) + :k",
+            "attribute_not_exists(#sl) AND (attribute_not_exists(#c) OR #c <= :room) AND "
+            + " AND ".join(f"attribute_not_exists(#e{i})" for i in range(len(names))),
             names,
             {
                 **{f":v{i}": to_item_value(entries[n]) for i, n in enumerate(names)},
+                ":ttl": {"N": str(self.expires_at(key))},
+                ":zero": {"N": "0"},
+                ":k": {"N": str(adding)},
+                ":room": {"N": str(self.cap - adding)},
+            },
+            extra_names={"#sl": SEALED, "#c": COUNT},
+        )
+
+    def seal(self, key: str) -> None:
+        """No new attribute enters ``key`` from now on; its positions' homes are below it."""
+        self.client.update_item(
+            TableName=self.table,
+            Key={"k": {"S": key}},
+            UpdateExpression=(
+                f"SET #sl = :yes, {TTL_ATTRIBUTE} = if_not_exists({TTL_ATTRIBUTE}, :ttl)"
+            ),
+            ExpressionAttributeNames={"#sl": SEALED},
+            ExpressionAttributeValues={
+                ":yes": {"BOOL": True},
                 ":ttl": {"N": str(self.expires_at(key))},
             },
         )
 
     def take_over(self, key: str, name: str, entry: Entry, old: Entry) -> bool:
-        """Replace a tombstone of an older revision, or a lapsed pending claim, with ``entry``
-        - only if the entry is still exactly what was read."""
+        """Replace a fence of an older revision (a fresh claim), or a lapsed pending claim (a
+        takeover, keeping its decision), with ``entry`` - only if it is still exactly as read."""
         if old.state == "t":
             condition = "#e0.#s = :os AND #e0.#r = :orev"
             values = {":os": {"S": "t"}, ":orev": {"N": str(old.rev)}}
         else:
-            condition = "#e0.#s = :os AND #e0.#o = :oo AND #e0.#u = :ou"
+            condition = "#e0.#s = :os AND #e0.#o = :oo AND #e0.#u = :ou AND #e0.#r = :orev"
             values = {
                 ":os": {"S": "p"},
                 ":oo": {"S": old.owner or ""},
                 ":ou": {"N": str(old.until or 0)},
+                ":orev": {"N": str(old.rev)},
             }
         return self._update(
             key,
-            f"SET #e0 = :v0, {TTL_ATTRIBUTE} = if_not_exists({TTL_ATTRIBUTE}, :ttl)",
+            "SET #e0 = :v0",
             condition,
             [name],
-            {**values, ":v0": to_item_value(entry), ":ttl": {"N": str(self.expires_at(key))}},
+            {**values, ":v0": to_item_value(entry)},
             nested=True,
         )
 
     def record(self, key: str, owner: str, entries: Mapping[str, Entry]) -> bool:
-        """Replace claimed entries by their outcomes (sent, failed), only while every one is
-        still ``owner``'s. Whole entries, not their fields: one operand per entry is cheaper
-        to evaluate (moto takes ~10x longer over nested SET/REMOVE paths)."""
+        """Replace ``owner``'s claimed entries by their outcomes (sent, failed; or, to give
+        them back, pending and lapsed) - only while each is still ``owner``'s at the revision
+        given (a change may have adopted it: :meth:`rewrite` merges). Whole entries, not their
+        fields: one operand per entry is cheaper to evaluate (moto takes ~10x longer over
+        nested SET/REMOVE paths)."""
         names = list(entries)
         return self._update(
             key,
             "SET " + ", ".join(f"#e{i} = :v{i}" for i in range(len(names))),
-            " AND ".join(f"#e{i}.#o = :own" for i in range(len(names))),
+            " AND ".join(f"#e{i}.#o = :own AND #e{i}.#r = :r{i}" for i in range(len(names))),
             names,
             {
                 ":own": {"S": owner},
                 **{f":v{i}": to_item_value(entries[n]) for i, n in enumerate(names)},
+                **{f":r{i}": {"N": str(entries[n].rev)} for i, n in enumerate(names)},
             },
             nested=True,
             client=self._record_client,
         )
 
-    def unclaim(self, key: str, owner: str, names: Sequence[str]) -> bool:
-        """Remove pending entries that are still ``owner``'s (work the run hands back)."""
-        return self._update(
-            key,
-            "REMOVE " + ", ".join(f"#e{i}" for i in range(len(names))),
-            " AND ".join(f"#e{i}.#o = :own" for i in range(len(names))),
-            list(names),
-            {":own": {"S": owner}},
-            nested=True,
+    def rewrite(self, key: str, name: str, owner: str, mine: Entry, tries: int = 3) -> Entry | None:
+        """One entry recorded like :meth:`record`, taking a change's adoption into account:
+        the revision and successor stored win over ours. None if the entry is no longer
+        ``owner``'s (its claim lapsed and another run took it over)."""
+        for _ in range(tries):
+            stored = self.read_one((key, name))
+            if stored is None or stored.state != "p" or stored.owner != owner:
+                return None
+            merged = replace(mine, rev=stored.rev, next=stored.next, end=stored.end)
+            if self.record(key, owner, {name: merged}):
+                return merged
+        return None
+
+    def read_one(self, ref: EntryRef) -> Entry | None:
+        """The entry at this very item (consistent): for the owner of a claim, who knows its
+        home."""
+        key, name = ref
+        response = self.client.get_item(
+            TableName=self.table,
+            Key={"k": {"S": key}},
+            ConsistentRead=True,
+            ProjectionExpression="#e",
+            ExpressionAttributeNames={"#e": name},
+        )
+        value = response.get("Item", {}).get(name)
+        return None if value is None else from_item_value(value)
+
+    # ---------------------------------------------------------------- a change's writes
+
+    def fence_update(self, ref: EntryRef, fence: Entry) -> dict[str, Any]:
+        """A TransactWriteItems ``Update`` putting ``fence`` on an unclaimed position (absent,
+        or a fence): the change is ordered before any claim of it (R5). Raises ConcurrentUpdate
+        if the position was claimed since the caller's walk."""
+        at = self.locate([ref], consistent=True)[ref]
+        if at.entry is None and at.count >= self.cap:
+            self.seal(at.key)
+            at = self.locate([ref], consistent=True)[ref]
+        if at.entry is not None and at.entry.state != "t":
+            raise ConcurrentUpdate("the timer's next fire was claimed; retry")
+        name = ref[1]
+        return self._transact_update(
+            at.key,
+            f"SET #e0 = :v0, {TTL_ATTRIBUTE} = if_not_exists({TTL_ATTRIBUTE}, :ttl), "
+            "#c = if_not_exists(#c, :zero) + :one",
+            "(attribute_not_exists(#e0) AND attribute_not_exists(#sl) AND "
+            "(attribute_not_exists(#c) OR #c <= :room)) OR #e0.#s = :t",
+            {"#e0": name, "#s": "s", "#sl": SEALED, "#c": COUNT},
+            {
+                ":v0": to_item_value(fence),
+                ":ttl": {"N": str(self.expires_at(at.key))},
+                ":zero": {"N": "0"},
+                ":one": {"N": "1"},
+                ":room": {"N": str(self.cap - 1)},
+                ":t": {"S": "t"},
+            },
         )
 
-    def tombstone_update(self, ref: EntryRef, entry: Entry, now_ms: int) -> dict[str, Any]:
-        """A TransactWriteItems ``Update`` that puts a tombstone on a position - only if the
-        position has no claim (absent, a tombstone, or a pending claim that lapsed)."""
-        key, name = ref
+    def adopt_update(self, ref: EntryRef, adopted: Entry, old: Entry) -> dict[str, Any]:
+        """A TransactWriteItems ``Update`` handing a pending claim to the change's revision
+        (R5): the owed fire is still sent, and its successor is the change's. Only if the claim
+        is still exactly as read (same owner, validity and revision)."""
+        at = self.locate([ref], consistent=True)[ref]
+        if at.entry != old:
+            raise ConcurrentUpdate("the timer's pending fire moved on; retry")
+        return self._transact_update(
+            at.key,
+            "SET #e0 = :v0",
+            "#e0.#s = :p AND #e0.#o = :o AND #e0.#u = :u AND #e0.#r = :r",
+            {"#e0": ref[1], "#s": "s", "#o": "o", "#u": "u", "#r": "r"},
+            {
+                ":v0": to_item_value(adopted),
+                ":p": {"S": "p"},
+                ":o": {"S": old.owner or ""},
+                ":u": {"N": str(old.until or 0)},
+                ":r": {"N": str(old.rev)},
+            },
+        )
+
+    def _transact_update(
+        self, key: str, update: str, condition: str, names: dict[str, str], values: dict[str, Any]
+    ) -> dict[str, Any]:
         return {
             "Update": {
                 "TableName": self.table,
                 "Key": {"k": {"S": key}},
-                "UpdateExpression": (
-                    f"SET #e0 = :v0, {TTL_ATTRIBUTE} = if_not_exists({TTL_ATTRIBUTE}, :ttl)"
-                ),
-                "ConditionExpression": (
-                    "attribute_not_exists(#e0) OR #e0.#s = :t OR (#e0.#s = :p AND #e0.#u < :lapsed)"
-                ),
-                "ExpressionAttributeNames": {"#e0": name, "#s": "s", "#u": "u"},
-                "ExpressionAttributeValues": {
-                    ":v0": to_item_value(entry),
-                    ":ttl": {"N": str(self.expires_at(key))},
-                    ":t": {"S": "t"},
-                    ":p": {"S": "p"},
-                    ":lapsed": {"N": str(now_ms - _lapse_margin())},
-                },
+                "UpdateExpression": update,
+                "ConditionExpression": condition,
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
             }
         }
+
+    # ---------------------------------------------------------------- plumbing
 
     def _update(
         self,
@@ -330,18 +482,31 @@ class ClaimStore(LowLevelClient):
         values: Mapping[str, Any],
         nested: bool = False,
         client: Any = None,
+        extra_names: Mapping[str, str] | None = None,
     ) -> bool:
         attribute_names = {f"#e{i}": name for i, name in enumerate(names)}
         if nested:
-            used = set(re.findall(r"#\w+", update + " " + condition))
+            used = set(_NAME.findall(update + " " + condition))
             attribute_names.update({k: v for k, v in _NAMES.items() if k in used})
+        attribute_names.update(extra_names or {})
+        return self._write(key, update, condition, attribute_names, dict(values), client)
+
+    def _write(
+        self,
+        key: str,
+        update: str,
+        condition: str,
+        names: Mapping[str, str],
+        values: Mapping[str, Any],
+        client: Any = None,
+    ) -> bool:
         try:
             (client or self.client).update_item(
                 TableName=self.table,
                 Key={"k": {"S": key}},
                 UpdateExpression=update,
                 ConditionExpression=condition,
-                ExpressionAttributeNames=attribute_names,
+                ExpressionAttributeNames=dict(names),
                 ExpressionAttributeValues=dict(values),
             )
         except ClientError as exc:
@@ -349,12 +514,6 @@ class ClaimStore(LowLevelClient):
                 return False
             raise
         return True
-
-
-def _lapse_margin() -> int:
-    from timers.core.chain import LAPSE_MARGIN_MS
-
-    return LAPSE_MARGIN_MS
 
 
 def chunks(entries: Mapping[str, Any], size: int = CHUNK) -> list[dict[str, Any]]:

@@ -37,7 +37,7 @@ DONE_KEEP_MS = 10 * 60_000
 one-shot pass (its watermark moves every minute)."""
 
 ENSURE_CHUNK = 200  # members per script call: bounds how long one call blocks Redis
-MISSING, ALIVE, FIRED = 0, 1, 2  # answers of ``alive``
+MISSING, ALIVE, FIRED, SUPERSEDED = 0, 1, 2, 3  # answers of ``alive``
 
 # Lua helpers shared by the scripts: the fields of a member, and a zset's first score.
 _LUA_HELPERS = """
@@ -94,8 +94,8 @@ return {added, first}
 )
 
 # alive. KEYS: due, lease, heads, done. ARGV: (timer id, rev, member|'')...
-# For each: 2 if the member fired recently, 1 if the timer's chain is alive at this revision or
-# a newer one owns it, else 0. The migrator asks before it reads DynamoDB.
+# For each: 2 if the member fired recently, 3 if a newer revision owns the timer's chain, 1 if
+# its chain is alive at this revision, else 0. The migrator asks before it reads DynamoDB.
 ALIVE_LUA = (
     _LUA_HELPERS
     + """
@@ -108,7 +108,11 @@ for i = 1, #ARGV, 3 do
     state = 2
   elseif head then
     local head_rev = rev_of(head)
-    if head_rev > rev or (head_rev == rev and alive(KEYS[1], KEYS[2], head)) then state = 1 end
+    if head_rev > rev then
+      state = 3
+    elseif head_rev == rev and alive(KEYS[1], KEYS[2], head) then
+      state = 1
+    end
   end
   out[#out + 1] = state
 end
@@ -235,6 +239,16 @@ return 1
 """
 )
 
+# recard. KEYS: data. ARGV: timer id, rev, card.
+# A change adopted by a claimed fire (docs/fire-path.md, R5): only the timer's card moves on (if
+# newer); its head stays, and chains the change's revision when the fire is recorded.
+RECARD_LUA = """
+local had = redis.call('HGET', KEYS[1], ARGV[1])
+if had and tonumber(string.match(had, '^(%d+)|')) > tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+return 1
+"""
+
 # take hint. KEYS: hints. ARGV: bucket, score. Remove the hint only if nobody lowered it since.
 TAKE_HINT_LUA = """
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) == ARGV[2] then
@@ -338,6 +352,7 @@ class RedisIndex:
         self._finish = Script(client, FINISH_LUA)
         self._release = Script(client, RELEASE_LUA)
         self._replace = Script(client, REPLACE_LUA)
+        self._recard = Script(client, RECARD_LUA)
         self._take_hint = Script(client, TAKE_HINT_LUA)
         self._renew = Script(client, RENEW_LUA)
         self._delete = Script(client, DELETE_LUA)
@@ -378,8 +393,8 @@ class RedisIndex:
 
     def alive(self, checks: Iterable[tuple[int, str, int, Member | None]]) -> list[int]:
         """For each (partition, timer id, rev, member or None), in input order: FIRED if the
-        member fired recently, ALIVE if the timer's chain is alive at this revision (or a newer
-        revision owns it), else MISSING."""
+        member fired recently, SUPERSEDED if a newer revision owns the timer's chain, ALIVE if
+        it is alive at this revision, else MISSING."""
         items = list(checks)
         by_bucket: dict[int, list[int]] = defaultdict(list)
         for i, (partition, _, _, _) in enumerate(items):
@@ -415,6 +430,12 @@ class RedisIndex:
         (applied,) = self._eval(self._replace, [call])
         if member is not None:
             self.hint(bucket, member.due)
+        return bool(applied)
+
+    def recard(self, partition: int, timer_id: str, rev: int, card: str) -> bool:
+        """A change adopted by a claimed fire: the timer's card moves on, its head stays."""
+        k = self.keys(self.bucket_of(partition))
+        (applied,) = self._eval(self._recard, [([k.data], [timer_id, rev, card])])
         return bool(applied)
 
     # ---------------------------------------------------------------- the trigger's side

@@ -11,16 +11,19 @@ so rewriting the timer never costs the payload's size.
 from __future__ import annotations
 
 import json
+import time
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
-from pynamodb.attributes import NumberAttribute, TTLAttribute, UnicodeAttribute
-from pynamodb.exceptions import PutError, UpdateError
+from pynamodb.attributes import BooleanAttribute, NumberAttribute, TTLAttribute, UnicodeAttribute
+from pynamodb.exceptions import PutError, TransactWriteError, UpdateError
+from pynamodb.expressions.update import Action
 from pynamodb.indexes import GlobalSecondaryIndex, IncludeProjection
 from pynamodb.models import Model
+from pynamodb.transactions import TransactWrite
 
 from timers.adapters.dynamodb import LowLevelClient
 from timers.core.errors import ConcurrentUpdate
@@ -66,7 +69,8 @@ class TimerItem(Model):
     ckpt_pv = NumberAttribute(null=True)  # and the chain position before it
     rev = NumberAttribute()
     part = NumberAttribute()  # the claim partition (its Redis bucket: part % BucketCount)
-    due_shard = UnicodeAttribute(null=True)  # present only for active recurring timers
+    due_shard = UnicodeAttribute(null=True)  # active recurring timers, or owing a claimed fire
+    owed = BooleanAttribute(null=True)  # a fire claimed before the last change is still unsent
     created_ms = NumberAttribute()
     updated_ms = NumberAttribute()
     expires_at = TTLAttribute(null=True)
@@ -83,6 +87,10 @@ class PayloadItem(Model):
     timer_id = UnicodeAttribute(range_key=True)  # "<timer id>#payload"
     body = UnicodeAttribute()
     expires_at = TTLAttribute(null=True)
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def bind(table: str) -> None:
@@ -110,7 +118,13 @@ def _at(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
+class MissingPayload(RuntimeError):
+    """A timer whose payload item is gone: never sent with a made-up payload."""
+
+
 def to_timer(item: TimerItem, payload: str | None = None) -> Timer:
+    if item.payload is None and payload is None:
+        raise MissingPayload(f"the payload item of timer {item.tenant}/{item.timer_id} is missing")
     return Timer(
         tenant=item.tenant,
         id=item.timer_id,
@@ -118,7 +132,7 @@ def to_timer(item: TimerItem, payload: str | None = None) -> Timer:
         anchor_ms=int(item.anchor_ms),
         target_queue_url="" if item.webhook else item.target,
         webhook=Webhook.from_json(item.webhook) if item.webhook else None,
-        payload_json=item.payload if item.payload is not None else (payload or "null"),
+        payload_json=item.payload if item.payload is not None else str(payload),
         misfire=item.misfire,  # type: ignore[arg-type]
         name=item.name,
         start_ms=_int(item.start_ms),
@@ -133,6 +147,7 @@ def to_timer(item: TimerItem, payload: str | None = None) -> Timer:
         rev=int(item.rev),
         partition=int(item.part),
         expires_ms=_ms(item.expires_at),
+        owed=bool(item.owed),
     )
 
 
@@ -143,9 +158,12 @@ def _external(timer: Timer) -> bool:
 class TimerStore(LowLevelClient):
     """Reads and writes of timers; every call is scoped to one tenant's key."""
 
-    def __init__(self, due_shards: int, client: Any = None) -> None:
+    def __init__(
+        self, due_shards: int, client: Any = None, clock: Callable[[], int] = _wall_clock_ms
+    ) -> None:
         self.due_shards = due_shards
         self._client = client
+        self._clock = clock  # expired items are hidden, as DynamoDB's TTL deletes them late
 
     @property
     def table(self) -> str:
@@ -156,7 +174,7 @@ class TimerStore(LowLevelClient):
     def item(self, timer: Timer) -> TimerItem:
         """The timer's stored item; its checkpoint is the timer's cursor as given."""
         indexed = (
-            timer.status == "active"
+            (timer.status == "active" or timer.owed)
             and timer.next_fire_ms is not None
             and is_recurring(timer.schedule)
         )
@@ -183,6 +201,7 @@ class TimerStore(LowLevelClient):
             created_ms=timer.created_ms,
             updated_ms=timer.updated_ms,
             expires_at=_datetime(timer.expires_ms),
+            owed=True if timer.owed else None,
         )
 
     def payload_item(self, timer: Timer) -> PayloadItem | None:
@@ -210,7 +229,9 @@ class TimerStore(LowLevelClient):
         wanted = {k for k in keys if PAYLOAD_SUFFIX not in k[1]}  # BatchGet rejects duplicates
         if not wanted:
             return {}
-        items = list(TimerItem.batch_get(wanted, consistent_read=consistent))
+        items = [
+            i for i in TimerItem.batch_get(wanted, consistent_read=consistent) if self._live(i)
+        ]
         external = {(i.tenant, i.timer_id + PAYLOAD_SUFFIX) for i in items if i.payload is None}
         found = PayloadItem.batch_get(external, consistent_read=consistent) if external else []
         bodies = {(p.tenant, p.timer_id.removesuffix(PAYLOAD_SUFFIX)): p.body for p in found}
@@ -225,11 +246,19 @@ class TimerStore(LowLevelClient):
         results = TimerItem.query(
             tenant, limit=limit, last_evaluated_key=start, consistent_read=True
         )
-        items = [i for i in results if PAYLOAD_SUFFIX not in i.timer_id]
+        items = [i for i in results if PAYLOAD_SUFFIX not in i.timer_id and self._live(i)]
         more = results.last_evaluated_key is not None
         full = self.get_many([(i.tenant, i.timer_id) for i in items if i.payload is None])
-        timers = [full.get((i.tenant, i.timer_id)) or to_timer(i) for i in items]
+        timers = [
+            t
+            for i in items
+            if (t := full.get((i.tenant, i.timer_id)) if i.payload is None else to_timer(i))
+        ]
         return timers, more
+
+    def _live(self, item: TimerItem) -> bool:
+        expires = _ms(item.expires_at)
+        return expires is None or expires > self._clock()
 
     def due_page(
         self, shard: str, until_ms: int, limit: int, start: dict[str, Any] | None
@@ -249,27 +278,33 @@ class TimerStore(LowLevelClient):
     # ---------------------------------------------------------------- writes
 
     def create(self, timers: Sequence[Timer]) -> None:
-        """New timers (and their big payloads): one conditional put for a single timer, batch
-        writes for many (their ids are new and random; a retry of the same request takes the
-        idempotency path, which creates one by one)."""
+        """New timers (and their big payloads, written first: a timer never exists without its
+        payload): one conditional put for a single timer, batch writes for many (their ids are
+        new and random; a retry of the same request takes the idempotency path, which creates
+        one by one)."""
         if len(timers) == 1:
             self.create_one(timers[0])
             return
-        with TimerItem.batch_write() as batch:
-            for timer in timers:
-                batch.save(self.item(timer))
         payloads = [p for p in map(self.payload_item, timers) if p is not None]
         if payloads:
             with PayloadItem.batch_write() as batch:
                 for payload in payloads:
                     batch.save(payload)
+        with TimerItem.batch_write() as batch:
+            for timer in timers:
+                batch.save(self.item(timer))
 
     def remove_new(self, timers: Sequence[Timer]) -> None:
-        """Best effort: delete timers a failed batch create may have written."""
+        """Best effort: delete what a failed batch create may have written - the timers first,
+        their payloads only once no timer can be left without its own."""
         try:
             with TimerItem.batch_write() as batch:
                 for timer in timers:
                     batch.delete(TimerItem(timer.tenant, timer.id))
+            with PayloadItem.batch_write() as batch:
+                for timer in timers:
+                    if self.payload_item(timer) is not None:
+                        batch.delete(PayloadItem(timer.tenant, timer.id + PAYLOAD_SUFFIX))
         except Exception:  # what stays is valid, and the caller's retry with its key finds it
             pass
 
@@ -332,20 +367,39 @@ class TimerStore(LowLevelClient):
 
     def complete(self, timer: Timer, n: int, last: int | None, expires_ms: int) -> bool:
         """A recurring timer fired its last: completed, out of the due index, expiring."""
-        actions = [
+        actions: list[Action] = [
             TimerItem.status.set("completed"),
             TimerItem.ckpt_ms.remove(),
             TimerItem.ckpt_n.set(n),
             TimerItem.ckpt_pv.set(last) if last is not None else TimerItem.ckpt_pv.remove(),
             TimerItem.due_shard.remove(),
+            TimerItem.owed.remove(),
             TimerItem.expires_at.set(_at(expires_ms)),
         ]
-        done = self._update(timer, actions)
-        if done and _external(timer):
-            PayloadItem(timer.tenant, timer.id + PAYLOAD_SUFFIX).update(
-                actions=[PayloadItem.expires_at.set(_at(expires_ms))]
-            )
-        return done
+        if not _external(timer):
+            return self._update(timer, actions)
+        # One transaction: a change that re-arms the timer meanwhile must not leave its payload
+        # item expiring under it.
+        try:
+            with TransactWrite(connection=TimerItem._get_connection()) as transaction:
+                transaction.update(
+                    TimerItem(timer.tenant, timer.id),
+                    actions=actions,
+                    condition=TimerItem.rev == timer.rev,
+                )
+                transaction.update(
+                    PayloadItem(timer.tenant, timer.id + PAYLOAD_SUFFIX),
+                    actions=[PayloadItem.expires_at.set(_at(expires_ms))],
+                )
+        except TransactWriteError as exc:
+            if exc.cause_response_code == "TransactionCanceledException":
+                return False
+            raise
+        return True
+
+    def settle_owed(self, timer: Timer) -> bool:
+        """An inactive timer whose owed fire finished leaves the due index (at its revision)."""
+        return self._update(timer, [TimerItem.owed.remove(), TimerItem.due_shard.remove()])
 
     def _update(self, timer: Timer, actions: list[Any]) -> bool:
         try:

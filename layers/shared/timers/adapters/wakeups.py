@@ -1,11 +1,11 @@
 """DynamoDB ``wakeups`` table (pynamodb): where the migrator finds one-shot timers.
 
-A one-shot is written once and fires once, so its due entry is append-only and batched: one
-item per create request and due minute, key ``(shard, "<due ms>#<random>")``, listing the
-one-shots as ``"<partition>:<member>"``. The migrator reads each shard in due order from its
-watermark (the item at sort key ``"~"``, which sorts after every due time) and moves the
-watermark past the items whose one-shots all fired or changed - so fired work is read about
-twice and overdue work is read every minute until it fires, however old.
+A one-shot is written once and fires once, so its due entry is batched and written once: one
+item per create request (or change) and due minute, key ``(shard, "<due ms>#<random>")``,
+listing the one-shots as ``"<partition>:<member>"``. The migrator reads every item of a shard
+that is due within its window - overdue ones every minute until they fire, however old - and
+deletes an item once each of its listings is *dead* (docs/fire-path.md, R4), a stable property:
+so an item is never needed after it is gone, and fired work is read about twice.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from pynamodb.models import Model
 
 from timers.core.chain import Member
 
-WATERMARK = "~"
 Placed = tuple[int, Member]  # (partition, member)
 MINUTE_MS = 60_000
 
@@ -30,9 +29,8 @@ class WakeupItem(Model):
         table_name = "wakeups"
 
     shard = UnicodeAttribute(hash_key=True)
-    wake = UnicodeAttribute(range_key=True)  # "<earliest due ms, 13 digits>#<random>", or "~"
+    wake = UnicodeAttribute(range_key=True)  # "<earliest due ms, 13 digits>#<random>"
     members = ListAttribute(of=UnicodeAttribute, null=True)
-    at = UnicodeAttribute(null=True)  # the watermark item: the first wake still to read
     expires_at = TTLAttribute(null=True)
 
 
@@ -77,26 +75,23 @@ class WakeupStore:
                 batch.save(item)
 
     def window(
-        self, shard: str, after: str | None, until_ms: int, limit: int
+        self, shard: str, until_ms: int, limit: int
     ) -> tuple[list[tuple[str, list[Placed]]], bool]:
-        """Items of a shard from ``after`` (a wake key, inclusive) to due ``until_ms``, in due
-        order, at most ``limit``; and whether more follow."""
+        """The shard's items due by ``until_ms``, in due order, at most ``limit``; and whether
+        more follow."""
         results = WakeupItem.query(
             shard,
-            range_key_condition=WakeupItem.wake.between(after or "0", wake_key(until_ms, "~")),
+            range_key_condition=WakeupItem.wake <= wake_key(until_ms, "~"),
             limit=limit,
         )
         rows = [(str(i.wake), [_placed(str(m)) for m in i.members or []]) for i in results]
         return rows, results.last_evaluated_key is not None and len(rows) >= limit
 
-    def watermark(self, shard: str) -> str | None:
-        try:
-            return WakeupItem.get(shard, WATERMARK, consistent_read=True).at
-        except WakeupItem.DoesNotExist:
-            return None
-
-    def set_watermark(self, shard: str, wake: str) -> None:
-        WakeupItem(shard, WATERMARK, at=wake).save()
+    def delete(self, shard: str, wakes: Sequence[str]) -> None:
+        """Items whose every listing is dead."""
+        with WakeupItem.batch_write() as batch:
+            for wake in wakes:
+                batch.delete(WakeupItem(shard, wake))
 
 
 def _placed(text: str) -> Placed:

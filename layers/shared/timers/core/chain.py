@@ -139,17 +139,43 @@ class Entry:
 
 
 def tombstone(rev: int) -> Entry:
-    """Forbids members of revisions below ``rev`` to claim the position."""
+    """A fence: forbids members of revisions below ``rev`` to claim the position."""
     return Entry("t", rev)
 
 
-def may_claim(existing: Entry | None, rev: int, now_ms: int) -> bool:
-    """Whether a member of revision ``rev`` may claim over ``existing``."""
+Action = Literal["claim", "take_over", "ours", "wait", "done", "stale"]
+"""What a member does with the entry it finds at its position (:func:`decide_claim`)."""
+
+
+def decide_claim(
+    existing: Entry | None, *, rev: int, fresh: bool, owner: str, now_ms: int
+) -> Action:
+    """The rules of who may claim a position (docs/fire-path.md, R1 and R2).
+
+    Only a *fresh* member (of the timer's current revision, the timer active) creates a claim,
+    over an absent entry or a fence of a revision not newer than its own. Any member takes over
+    a pending claim that lapsed (its run is gone; the claimed fire is owed), waits for a live
+    one, and only acknowledges a finished one. Anything else is stale.
+    """
     if existing is None:
-        return True
+        return "claim" if fresh else "stale"
     if existing.state == "t":
-        return rev >= existing.rev
-    return existing.lapsed(now_ms)
+        return "claim" if fresh and rev >= existing.rev else "stale"
+    if existing.finished:
+        return "done"
+    if existing.owner == owner:
+        return "ours"
+    return "take_over" if existing.lapsed(now_ms) else "wait"
+
+
+def successor(entry: Entry, pos: int, plan: Plan) -> int | None:
+    """The chain position after a claimed ``pos``: the entry's own decision (``nx``, ``end``),
+    else the plan's next occurrence."""
+    if entry.end:
+        return None
+    if entry.next is not None:
+        return entry.next
+    return next_fire(plan, pos) if is_recurring(plan.schedule) else None
 
 
 # ---------------------------------------------------------------- what a trigger does
@@ -197,13 +223,13 @@ def entry_for(decided: Step, member: Member, owner: str, until: int) -> Entry:
 
 def next_member(member: Member, entry: Entry, plan: Plan) -> Member | None:
     """The member after a claimed position, read from its entry (so a takeover, which did not
-    decide the step itself, chains exactly as the first claimant would have)."""
-    if entry.end:
-        return None
-    following = entry.next if entry.next is not None else next_fire(plan, member.due)
+    decide the step itself, chains exactly as the first claimant would have). It belongs to the
+    entry's revision (a change may have adopted the position): ``plan`` must be that revision's.
+    """
+    following = successor(entry, member.due, plan)
     if following is None:
         return None
-    return Member(member.tenant, member.timer_id, following, member.rev, entry.n, member.due)
+    return Member(member.tenant, member.timer_id, following, entry.rev, entry.n, member.due)
 
 
 def needs_checkpoint(entry: Entry, chained: bool) -> bool:
@@ -223,11 +249,14 @@ def needs_checkpoint(entry: Entry, chained: bool) -> bool:
 
 @dataclass(frozen=True)
 class Cursor:
-    """A timer's derived state: the first position without a claim, and the fires before it."""
+    """A timer's derived state: the first chain position not finished, the fires before it,
+    the last finished position, and - when the cursor is claimed and not yet finished - its
+    pending entry (an owed fire: R2 says there is at most one)."""
 
     pos: int | None  # None: nothing left to fire (completed)
     n: int
-    last: int | None  # the last claimed position (its history starts there)
+    last: int | None  # the last finished position (its history starts there)
+    pending: Entry | None = None
 
 
 Want = list[EntryRef]
@@ -246,56 +275,74 @@ def positions(plan: Plan, first: int | None, count: int) -> list[int]:
     return out
 
 
-def walk(timer: Timer, now_ms: int) -> Reads[Cursor]:
+def walk(timer: Timer) -> Reads[Cursor]:
     """From the timer's checkpoint to its cursor, asking for entries as it goes.
 
-    The positions claimed after a checkpoint are a prefix of the plan's positions (checkpoints
-    move after every jump and every CHECKPOINT_EVERY fires), so a binary search finds where the
-    prefix ends; a jump at its end is followed. Only an active timer moves: a paused one stays
-    where its pause put it.
+    Finished positions after a checkpoint are a prefix of its chain, and the chain follows the
+    plan's positions except where an entry's ``nx`` jumps (R1-R3 and the lemma in
+    docs/fire-path.md): a binary search over the plan's next positions finds where the prefix
+    ends, and a jump found there is followed. Whatever the timer's status: a paused timer's
+    cursor is where it will resume, and an owed fire claimed before the pause shows as pending.
     """
-    cursor = Cursor(timer.next_fire_ms, timer.fire_count, timer.last_fire_pos)
-    while timer.status == "active" and cursor.pos is not None:
-        if timer.max_fires is not None and cursor.n >= timer.max_fires:
-            return replace(cursor, pos=None)
-        window = positions(timer.plan, cursor.pos, CHECKPOINT_EVERY + 1)
+    pos, n, last = timer.next_fire_ms, timer.fire_count, timer.last_fire_pos
+    while pos is not None:
+        if timer.max_fires is not None and n >= timer.max_fires:
+            return Cursor(None, n, last)
+        window = positions(timer.plan, pos, CHECKPOINT_EVERY + 1)
         refs = [entry_ref(timer.partition, timer.id, p) for p in window]
         entries: dict[int, Entry | None] = {}
-        lo, hi = -1, len(window)  # window[lo] holds a claim, window[hi] does not
+        lo, hi = -1, len(window)  # window[lo] is finished, window[hi] is not
         while hi - lo > 1:
             mid = (lo + hi) // 2
             got = yield [refs[mid]]
             entries[mid] = got.get(refs[mid])
             entry = entries[mid]
-            lo, hi = (mid, hi) if entry is not None and entry.holds(now_ms) else (lo, mid)
+            lo, hi = (mid, hi) if entry is not None and entry.finished else (lo, mid)
         if lo < 0:
-            return cursor
-        last = entries[lo]
-        assert last is not None
-        if last.end:
-            return Cursor(None, last.n, window[lo])
-        if last.next is not None:
-            following: int | None = last.next
-        elif lo + 1 < len(window):
-            following = window[lo + 1]
-        else:
-            following = next_fire(timer.plan, window[lo]) if is_recurring(timer.schedule) else None
-        cursor = Cursor(following, last.n, window[lo])
-        if last.next is None and hi < len(window):
-            return cursor  # window[hi] holds no claim: the prefix ends here
-    return replace(cursor, pos=None) if timer.status == "active" else cursor
+            return Cursor(pos, n, last, _pending(entries.get(0)))
+        done = entries[lo]
+        assert done is not None
+        n, last = done.n, window[lo]
+        following = successor(done, window[lo], timer.plan)
+        if done.next is None and following is not None and hi < len(window):
+            return Cursor(following, n, last, _pending(entries[hi]))  # window[hi] = following
+        pos = following
+    return Cursor(None, n, last)
+
+
+def _pending(entry: Entry | None) -> Entry | None:
+    return entry if entry is not None and entry.state == "p" else None
 
 
 def resolved(timer: Timer, cursor: Cursor) -> Timer:
-    """The timer as a user sees it: the derived cursor and count; completed when done."""
-    if timer.status != "active":
-        return replace(timer, next_fire_ms=None if timer.status == "completed" else cursor.pos)
+    """The timer as a user sees it: the derived cursor and count (a pending fire counts once it
+    is recorded); an active timer with nothing left is completed."""
+    if timer.status == "completed":
+        return replace(timer, next_fire_ms=None)
+    done = timer.status == "active" and cursor.pos is None
     return replace(
         timer,
         next_fire_ms=cursor.pos,
         fire_count=cursor.n,
         last_fire_pos=cursor.last,
-        status="active" if cursor.pos is not None else "completed",
+        status="completed" if done else timer.status,
+    )
+
+
+def settled(timer: Timer, cursor: Cursor) -> Timer:
+    """The derived timer as if its owed (pending) fire had finished: the starting point of a
+    change, which is ordered after that claim (R5). Without a pending fire, :func:`resolved`."""
+    shown = resolved(timer, cursor)
+    owed, pos = cursor.pending, cursor.pos
+    if owed is None or pos is None:
+        return shown
+    following = successor(owed, pos, timer.plan) if owed.rev == timer.rev else owed.next
+    return replace(
+        shown,
+        next_fire_ms=following,
+        fire_count=owed.n,
+        last_fire_pos=pos,
+        status="completed" if timer.status == "active" and following is None else shown.status,
     )
 
 

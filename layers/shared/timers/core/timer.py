@@ -21,7 +21,6 @@ from timers.core.schedule import (
     Schedule,
     catch_up,
     first_fire,
-    is_recurring,
     next_fire,
     schedule_from_dict,
     schedule_to_dict,
@@ -48,6 +47,7 @@ _READ_ONLY = frozenset(
         "rev",
         "partition",
         "expires_ms",
+        "owed",
     }
 )
 
@@ -77,6 +77,7 @@ class Timer:
     partition: int = 0  # fixed at creation (timers.core.chain.partition_for)
     expires_ms: int | None = None  # when a completed timer is deleted (retention)
     webhook: Webhook | None = None  # an HTTP target (then target_queue_url is "")
+    owed: bool = False  # a fire claimed before the last change is unsent: stay findable (R4)
 
     @property
     def plan(self) -> Plan:
@@ -123,6 +124,11 @@ def _settle(timer: Timer, next_ms: int | None) -> Timer:
         return replace(timer, next_fire_ms=None, status="completed")
     status: Status = "active" if timer.status == "completed" else timer.status
     return replace(timer, next_fire_ms=next_ms, status=status)
+
+
+def with_cursor(timer: Timer, next_ms: int | None) -> Timer:
+    """The timer with its cursor at ``next_ms`` (completed if nothing is left)."""
+    return _settle(timer, next_ms)
 
 
 def create(
@@ -172,13 +178,22 @@ def patch(timer: Timer, changes: dict[str, Any], now_ms: int) -> Timer:
     if not _TIMING_FIELDS & set(changes):
         return updated
     _check_plan(updated.plan, now_ms, schedule_changed)
-    if schedule_changed or not is_recurring(updated.schedule):
+    if schedule_changed:
         upcoming = first_fire(updated.plan)
-        if not schedule_changed and timer.fire_count > 0 and not is_recurring(updated.schedule):
-            upcoming = None  # this one-shot already fired; only a new schedule re-arms it
-    else:
-        upcoming = next_fire(updated.plan, now_ms - 1)  # next occurrence at or after now
+    else:  # new bounds continue from the cursor, not from now
+        upcoming = next_fire(updated.plan, _decided_until(timer, now_ms))
     return _settle(updated, upcoming)
+
+
+def _decided_until(timer: Timer, now_ms: int) -> int:
+    """Every occurrence up to this instant is already decided: those before the cursor (the
+    next unclaimed position: ``timer`` is settled, its owed fire counted), or - with nothing
+    left, as for a fired one-shot - everything until now and the last fire (a completed timer
+    does not catch up on the time it spent completed)."""
+    if timer.next_fire_ms is not None:
+        return timer.next_fire_ms - 1
+    last = timer.last_fire_pos
+    return now_ms - 1 if last is None else max(now_ms - 1, last)
 
 
 def pause(timer: Timer, now_ms: int) -> Timer:
@@ -232,6 +247,7 @@ def to_card(timer: Timer) -> str:
         "nm": timer.name,
         "p": timer.payload_json,
         "b": timer.partition,
+        "z": timer.status,
     }
     if timer.webhook is not None:
         body["w"] = timer.webhook.to_dict()
@@ -255,6 +271,7 @@ def from_card(tenant: str, timer_id: str, card: str) -> Timer:
         max_fires=body["mx"],
         rev=int(rev),
         partition=body["b"],
+        status=body.get("z", "active"),
         webhook=Webhook(body["w"]["url"], tuple(body["w"]["headers"].items()))
         if body.get("w")
         else None,
