@@ -8,6 +8,7 @@
     queue disallow NAME QUEUE_URL        take that back
     tenant show NAME                     print the tenant
     tenant spread NAME BUCKETS           how many buckets NAME's new timers share (default 8)
+    tenant rate NAME PER_SECOND          NAME's API request rate (default 50)
     webhook rotate NAME [--window-hours H]
                                          a new webhook signing secret; the old one keeps
                                          signing for H hours (default 24; 0 ends it now)
@@ -119,6 +120,9 @@ def run(target: Target, argv: Sequence[str]) -> dict[str, Any]:
         case ("tenant", "spread"):
             tenant = tenants.set_spread(args.name, args.buckets)
             return {"tenant": tenant.name, "spread": tenant.spread}
+        case ("tenant", "rate"):
+            tenant = tenants.set_rate_limit(args.name, args.per_second)
+            return {"tenant": tenant.name, "rate_limit_per_s": tenant.rate_limit_per_s}
         case ("key", "add"):
             return {"tenant": args.name, "api_key": tenants.add_key(args.name, now_ms())}
         case ("key", "revoke"):
@@ -157,6 +161,9 @@ def _parser() -> argparse.ArgumentParser:
     spread = tenant.add_parser("spread", help="how many buckets the tenant's new timers share")
     spread.add_argument("name")
     spread.add_argument("buckets", type=int)
+    rate = tenant.add_parser("rate", help="the tenant's API request rate (per second)")
+    rate.add_argument("name")
+    rate.add_argument("per_second", type=int)
     key = nouns.add_parser("key").add_subparsers(dest="verb", required=True)
     key.add_parser("add").add_argument("name")
     key.add_parser("revoke").add_argument("api_key")

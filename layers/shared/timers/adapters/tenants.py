@@ -250,6 +250,15 @@ def set_spread(name: str, spread: int) -> Tenant:
     return _to_tenant(item)
 
 
+def set_rate_limit(name: str, per_second: int) -> Tenant:
+    """The tenant's API request rate (requests per second, all its keys together)."""
+    if not 1 <= per_second <= 1_000_000:
+        raise InvalidInput("invalid rate", [FieldError("per_second", "from 1 to 1000000")])
+    item = _get_item(name)
+    item.update(actions=[TenantItem.rate_limit_per_s.set(per_second)])
+    return _to_tenant(item)
+
+
 def disallow_queue(name: str, queue_url: str) -> Tenant:
     item = _get_item(name)
     item.update(actions=[TenantItem.allowed_queue_urls.delete({queue_url})])
