@@ -1,0 +1,416 @@
+"""Never lost, proven by trying: the real fire path under a stateful fault model (issue 16).
+
+A Hypothesis ``RuleBasedStateMachine`` drives the real code - the api handler, the migrator,
+the fan-out and the trigger, on a real redis-server and moto, one injected clock - through
+random interleavings of: single and batch creates (some dying between their writes), PATCH of
+every field, pause, resume, delete; migrator, fan-out and trigger runs that die at any step
+(after the lease, the claim, the send, the record...) or run out of time; changes made in the
+middle of a run; Redis FLUSHALL at any point; DynamoDB timeouts before and after a write is
+applied, throttling, kills inside any call; host clocks off and stepping; retention expiry.
+
+After every step the reference model (``tests/stateful/model.py``) checks each callback sent:
+never early, an occurrence of a revision current when it was claimed, with a current payload,
+once (outside the documented died-after-send window). At each settle point - faults off, the
+service left to run a little over two minutes - it checks that nothing was lost and that GET
+and the fire history show exactly what was sent.
+
+``make test`` runs a fixed seed within a few minutes. A soak: ``TIMERS_MACHINE_EXAMPLES=500
+pytest tests/stateful -p no:randomly --hypothesis-seed=<n>`` (any seed; the failing one is
+printed with the shrunk steps). ``ops/check_reverts.py`` re-introduces each of issue 16's
+defects in a copy of the code and shows that this test finds it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from tests.integration.api_harness import SETTINGS, Reply
+from tests.stateful.model import ModelTimer, Revision, payload_key
+from tests.stateful.world import Fault, Kill, World, injected
+from timers.core.schedule import Plan, first_fire, is_recurring, next_fire, schedule_from_dict
+from timers.core.times import format_ms, parse_ms
+from timers.firing import HOOKS
+from timers.runtime import DAY_MS
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = int(os.environ.get("TIMERS_MACHINE_EXAMPLES", "40"))
+SETTLE_MS = SETTINGS.lookahead_seconds * 1000 + 15_000
+"""Long enough for a lost member to come back (the migrator runs at once and each minute), for
+a dead run's claims to lapse and be taken over, and for the look-ahead to be crossed."""
+SLACK_MS = 45_000
+"""Fires due this close to the end of a settle may still be on their way: a takeover of a dead
+run's claim comes ~33 s after that run started."""
+
+SCHEDULES: list[Callable[[int], dict[str, Any]]] = [
+    lambda now: {"type": "after", "seconds": 0.3},
+    lambda now: {"type": "after", "seconds": 1},
+    lambda now: {"type": "after", "seconds": 25},
+    lambda now: {"type": "after", "seconds": 150},
+    lambda now: {"type": "at", "at": format_ms(now - 60_000)},
+    lambda now: {"type": "at", "at": format_ms(now + 2_000)},
+    lambda now: {"type": "at", "at": format_ms(now + 130_000)},
+    lambda now: {"type": "every", "seconds": 1},
+    lambda now: {"type": "every", "seconds": 3},
+    lambda now: {"type": "every", "seconds": 7},
+    lambda now: {"type": "every", "seconds": 60},
+    lambda now: {"type": "cron", "expression": "* * * * *"},
+]
+schedules = st.sampled_from(range(len(SCHEDULES)))
+misfires = st.sampled_from(["fire_all", "fire_once", "skip"])
+max_fires = st.sampled_from([None, None, 2, 5])
+tenants = st.sampled_from(["acme", "acme", "globex"])  # acme: one claim partition (hot items)
+steps = st.sampled_from(HOOKS)
+writes = st.sampled_from(["UpdateItem", "TransactWriteItems", "BatchWriteItem", "PutItem", "*"])
+fault_kinds = st.sampled_from(["kill", "timeout_before", "timeout_after", "throttle"])
+remaining = st.sampled_from([30_000, 30_000, 24_000, 21_000])
+serial = itertools.count()
+
+
+def _payload(big: bool = False) -> dict[str, Any]:
+    """Unique per request, so each callback names the revision it carries; ``big`` ones live
+    in their own payload item."""
+    n = next(serial)
+    return {"n": n, "pad": "x" * 700} if big else {"n": n}
+
+
+class FirePathMachine(RuleBasedStateMachine):
+    timers = Bundle("timers")
+    redis_url = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.world = World(self.redis_url)
+        self.model = self.world.model
+        self.anchors: dict[str, int] = {}  # timer id -> when its schedule was set
+        self.owner: dict[str, str] = {}  # timer id -> tenant
+
+    def teardown(self) -> None:
+        self.world.close()
+
+    # ------------------------------------------------------------ the model's bookkeeping
+
+    def _call(self, method: str, path: str, tenant: str = "acme", **kw: Any) -> Reply | None:
+        """A request; None if the api died in it (an injected kill or fault)."""
+        try:
+            reply = self.world.api.call(method, path, tenant=tenant, **kw)
+        except BaseException as exc:
+            if not injected(exc):
+                raise
+            return None
+        assert reply.status < 500 or self.world.faults.fired, f"{method} {path}: {reply.body}"
+        return None if reply.status >= 500 else reply
+
+    def _revision(self, view: dict[str, Any], anchor: int, at: int) -> Revision:
+        bound = lambda name: parse_ms(view[name]) if view[name] else None  # noqa: E731
+        plan = Plan(
+            schedule_from_dict(view["schedule"]),
+            anchor,
+            bound("start_at"),
+            bound("end_at"),
+            view["max_fires"],
+        )
+        return Revision(plan, view["status"], view["payload"], view["name"], view["misfire"], at)
+
+    def _learn(self, view: dict[str, Any], tenant: str, anchor: int) -> str:
+        self.anchors[view["id"]] = anchor
+        self.owner[view["id"]] = tenant
+        self.model.timers[view["id"]] = ModelTimer(
+            view["id"], [self._revision(view, anchor, self.world.clock())]
+        )
+        return str(view["id"])
+
+    def _changed(self, timer_id: str, view: dict[str, Any] | None, schedule_changed: bool) -> None:
+        now = self.world.clock()
+        timer = self.model.timers[timer_id]
+        if view is None:
+            timer.current.until = now
+            timer.deleted_at = now
+            return
+        if schedule_changed:
+            self.anchors[timer_id] = now
+        revision = self._revision(view, self.anchors[timer_id], now)
+        if revision.status == "completed" and timer.current.status != "completed":
+            assert self._may_complete(timer_id, revision), f"completed by a change: {view}"
+        timer.change(revision)
+
+    def _may_complete(self, timer_id: str, revision: Revision) -> bool:
+        """A change completes a timer only when nothing is left of its new plan: max_fires
+        reached by the fires claimed so far, or no occurrence after the last of them."""
+        claimed = sorted(
+            int(fire_id.rsplit(":", 1)[1])
+            for fire_id in self.model.claimed
+            if fire_id.rsplit(":", 1)[0] == timer_id
+        )
+        plan = revision.plan
+        if plan.max_fires is not None and plan.max_fires <= len(claimed):
+            return True
+        if not is_recurring(plan.schedule):
+            return first_fire(plan) in claimed or first_fire(plan) is None
+        after = max([self.world.clock() - 1, *claimed])
+        return next_fire(plan, after) is None
+
+    def _resolve(self, timer_id: str, intended: Callable[[dict[str, Any] | None], bool],
+                 schedule_changed: bool) -> None:  # fmt: skip
+        """A change whose request died: read what DynamoDB has, and learn whether it applied."""
+        got = self.world.api.call("GET", f"/v1/timers/{timer_id}", tenant=self.owner[timer_id])
+        view = got.body if got.status == 200 else None
+        if intended(view):
+            self._changed(timer_id, view, schedule_changed)
+
+    # ------------------------------------------------------------ creating
+
+    @initialize(target=timers, which=schedules, tenant=tenants, misfire=misfires)
+    def first_timer(self, which: int, tenant: str, misfire: str) -> str:
+        return self.create(which, tenant, misfire, None, False)  # type: ignore[no-any-return]
+
+    @rule(target=timers, which=schedules, tenant=tenants, misfire=misfires, limit=max_fires,
+          big=st.booleans())  # fmt: skip
+    def create(self, which: int, tenant: str, misfire: str, limit: int | None, big: bool) -> Any:
+        now = self.world.clock()
+        body = {"schedule": SCHEDULES[which](now), "misfire": misfire, "payload": _payload(big),
+                "name": f"t{next(serial)}", "max_fires": limit}  # fmt: skip
+        reply = self._call("POST", "/v1/timers", tenant, body=body)
+        if reply is None or reply.status != 201:
+            assert reply is None or reply.status == 400, reply.body
+            self.model.maybe_payloads.add(payload_key(body["payload"]))
+            return multiple()
+        return self._learn(reply.body, tenant, now)
+
+    @rule(target=timers, which=st.lists(schedules, min_size=2, max_size=6), big=st.booleans(),
+          tenant=tenants, die_at=st.none() | st.integers(0, 2))  # fmt: skip
+    def create_batch(self, which: list[int], big: bool, tenant: str, die_at: int | None) -> Any:
+        """A batch create - one that dies at its first, second or third DynamoDB write too
+        (issue 16, defect 5: its timers must never fire without their payloads)."""
+        now = self.world.clock()
+        specs = [{"schedule": SCHEDULES[w](now), "payload": _payload(big), "name": f"b{i}"}
+                 for i, w in enumerate(which)]  # fmt: skip
+        if die_at is not None:
+            self.world.faults.armed.append(Fault("*", "kill", skip=die_at))
+        reply = self._call("POST", "/v1/timers:batch", tenant, body={"timers": specs})
+        self.world.faults.armed.clear()
+        if reply is None or reply.status != 201:
+            self.model.maybe_payloads |= {payload_key(s["payload"]) for s in specs}
+            return multiple()
+        return multiple(*(self._learn(v, tenant, now) for v in reply.body["items"]))
+
+    @rule(target=timers, count=st.sampled_from([12, 30]), tenant=tenants)
+    def hot_second(self, count: int, tenant: str) -> Any:
+        """Many one-shots of one tenant due in the same millisecond: more entries than a claim
+        item takes (issue 16, defect 2)."""
+        now = self.world.clock()
+        due = format_ms(now + 1_500)
+        specs = [{"schedule": {"type": "at", "at": due}, "payload": _payload(), "name": "h"}
+                 for _ in range(count)]  # fmt: skip
+        reply = self._call("POST", "/v1/timers:batch", tenant, body={"timers": specs})
+        if reply is None or reply.status != 201:
+            self.model.maybe_payloads |= {payload_key(s["payload"]) for s in specs}
+            return multiple()
+        return multiple(*(self._learn(v, tenant, now) for v in reply.body["items"]))
+
+    # ------------------------------------------------------------ changing
+
+    def _patch(self, timer_id: str, body: dict[str, Any]) -> None:
+        path = f"/v1/timers/{timer_id}"
+        reply = self._call("PATCH", path, self.owner[timer_id], body=body)
+        schedule_changed = "schedule" in body
+        if reply is None:
+            self._resolve(timer_id, lambda v: v is not None and _applied(v, body), schedule_changed)
+        elif reply.status == 200:
+            self._changed(timer_id, reply.body, schedule_changed)
+        else:
+            assert reply.status in (400, 404), reply.body
+            assert reply.status == 400 or self.model.timers[timer_id].deleted_at is not None
+
+    def _patches(self, timer_id: str, what: str, which: int) -> dict[str, Any]:
+        now = self.world.clock()
+        return {
+            "name": {"name": f"p{next(serial)}"},
+            "payload": {"payload": _payload()},
+            "schedule": {"schedule": SCHEDULES[which](now)},
+            "max_fires": {"max_fires": [1, 3, 10][which % 3]},
+            "end_at": {"end_at": format_ms(now + [5_000, 90_000, 600_000][which % 3])},
+            "start_at": {"start_at": format_ms(now + [-30_000, 4_000, 70_000][which % 3])},
+            "misfire": {"misfire": ["fire_all", "fire_once", "skip"][which % 3]},
+        }[what]
+
+    @rule(timer=timers, what=st.sampled_from(["name", "payload", "schedule", "max_fires",
+          "end_at", "start_at", "misfire"]), which=schedules)  # fmt: skip
+    def patch(self, timer: str, what: str, which: int) -> None:
+        self._patch(timer, self._patches(timer, what, which))
+
+    def _act(self, timer_id: str, action: str) -> None:
+        tenant = self.owner[timer_id]
+        path = f"/v1/timers/{timer_id}"
+        if action == "delete":
+            reply = self._call("DELETE", path, tenant)
+            if reply is None:
+                self._resolve(timer_id, lambda v: v is None, False)
+            elif reply.status == 204:
+                self._changed(timer_id, None, False)
+            return
+        reply = self._call("POST", f"{path}/{action}", tenant)
+        want = "paused" if action == "pause" else "active"
+        if reply is None:
+            self._resolve(timer_id, lambda v: v is not None and v["status"] == want and
+                          self.model.timers[timer_id].current.status != want, False)  # fmt: skip
+        elif reply.status == 200:
+            if reply.body["status"] != self.model.timers[timer_id].current.status:
+                self._changed(timer_id, reply.body, False)
+        else:
+            assert reply.status in (404, 409), reply.body
+
+    @rule(timer=timers, action=st.sampled_from(["pause", "resume", "delete"]))
+    def pause_resume_delete(self, timer: str, action: str) -> None:
+        if self.model.timers[timer].deleted_at is None:
+            self._act(timer, action)
+
+    # ------------------------------------------------------------ time and the functions
+
+    @rule(ms=st.sampled_from([40, 200, 900, 2_500, 30_000, 70_000]))
+    def outage(self, ms: int) -> None:
+        """Time passes and nothing runs."""
+        self.world.clock.advance(ms)
+
+    @rule(ms=st.sampled_from([100, 600, 1_000, 3_000]), remaining_ms=remaining)
+    def run_for_a_while(self, ms: int, remaining_ms: int) -> None:
+        """The fan-out polls and its runs go, for a while."""
+        end = self.world.clock() + ms
+        while self.world.clock() < end:
+            self.world.poll()
+            self.world.run_invoked(remaining_ms)
+            self.world.clock.advance(25)
+
+    @rule()
+    def migrate(self) -> None:
+        self.world.migrate()
+
+    @rule(step=steps, remaining_ms=remaining)
+    def trigger_dies(self, step: str, remaining_ms: int) -> None:
+        """Every bucket with due work runs; each run dies at ``step``."""
+
+        def hook(current: str) -> None:
+            if current == step:
+                raise Kill(step)
+
+        for bucket in self.world.due_buckets():
+            self.world.trigger(bucket, remaining_ms, hook)
+
+    @rule(step=steps, timer=timers, action=st.sampled_from(["name", "max_fires", "schedule",
+          "pause", "resume", "delete", "flush", "end_at"]), which=schedules,
+          then_die=st.none() | steps, remaining_ms=remaining)  # fmt: skip
+    def change_during_a_run(self, step: str, timer: str, action: str, which: int,
+                            then_die: str | None, remaining_ms: int) -> None:  # fmt: skip
+        """A change (or a failover) lands while a run is at ``step``; the run may then die."""
+        done: list[str] = []
+
+        def hook(current: str) -> None:
+            if current == step and not done:
+                done.append(current)
+                if action == "flush":
+                    self.world.redis.flushall()
+                elif action in ("pause", "resume", "delete"):
+                    if self.model.timers[timer].deleted_at is None:
+                        self._act(timer, action)
+                elif self.model.timers[timer].deleted_at is None:
+                    self._patch(timer, self._patches(timer, action, which))
+            elif done and current == then_die:
+                raise Kill(current)
+
+        for bucket in self.world.due_buckets():
+            self.world.trigger(bucket, remaining_ms, hook)
+
+    @rule()
+    def flushall(self) -> None:
+        """A failover to an empty replica."""
+        self.world.redis.flushall()
+
+    @rule(operation=writes, kind=fault_kinds, skip=st.integers(0, 3))
+    def dynamodb_fault(self, operation: str, kind: str, skip: int) -> None:
+        """The next matching DynamoDB call (of anyone) fails this way."""
+        self.world.faults.armed.append(Fault(operation, kind, skip))  # type: ignore[arg-type]
+
+    @rule(offset=st.sampled_from([-1_500, -400, 0, 350, 1_800, 9_000]))
+    def host_clock(self, offset: int) -> None:
+        """The trigger hosts' wall clocks step by this much (never early must not care)."""
+        self.world.host_offset_ms = offset
+
+    @precondition(lambda self: all(
+        t.deleted_at is not None or t.current.status != "active" for t in
+        self.model.timers.values()))  # fmt: skip
+    @rule()
+    def retention_passes(self) -> None:
+        """Nothing is active: jump past the retention and let DynamoDB's TTL delete what
+        expired (late, in any order). What stays must still read consistently."""
+        self.world.clock.advance(SETTINGS.fire_retention_days * DAY_MS + 2 * DAY_MS)
+        self.world.expire_ttl()
+
+    # ------------------------------------------------------------ checks
+
+    @invariant()
+    def every_send_is_allowed(self) -> None:
+        self.model.check_new_sends()
+
+    @rule()
+    def settle(self) -> None:
+        start, end = self.world.settle(SETTLE_MS)
+        self.model.check_new_sends()
+        self.model.check_nothing_lost(start, end, SLACK_MS)
+        for timer_id in self.model.timers:
+            tenant = self.owner[timer_id]
+            got = self.world.api.call("GET", f"/v1/timers/{timer_id}", tenant=tenant)
+            assert got.status in (200, 404), got.body
+            view = got.body if got.status == 200 else None
+            history = self.world.history(timer_id, tenant) if view is not None else []
+            self.model.check_views(view, history, timer_id)
+
+
+def _applied(view: dict[str, Any], body: dict[str, Any]) -> bool:
+    """Whether a timer's view shows this PATCH body (an undecided request's outcome)."""
+    for name, value in body.items():
+        if name == "schedule":
+            if view["schedule"] != {**value, **({"timezone": "UTC"} if value["type"] == "cron"
+                                                 else {})}:  # fmt: skip
+                return False
+        elif view[name] != value:
+            return False
+    return True
+
+
+@pytest.fixture
+def machine(redis_url: str) -> Iterator[type[FirePathMachine]]:
+    FirePathMachine.redis_url = redis_url
+    yield FirePathMachine
+
+
+def test_the_fire_path_never_loses_duplicates_or_fires_early(
+    machine: type[FirePathMachine],
+) -> None:
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=30,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+            derandomize=os.environ.get("TIMERS_MACHINE_RANDOM") is None,
+        ),
+    )

@@ -1,0 +1,393 @@
+"""The system under test of the stateful test: the real fire path on one injected clock.
+
+Real redis-server, moto (in process) for DynamoDB, the real api handler, migrator, fan-out and
+trigger cores wired as in Lambda. Around them, only observation and faults:
+
+- a recording SQS sink (what was sent, by which run, at which reference time);
+- a spy on the claim store's *fresh* claims (when each fire id was first claimed), which the
+  model needs to tell "claimed before the change" from "after";
+- one-shot faults on DynamoDB calls (any client: boto3's and pynamodb's both go through
+  botocore's ``_make_api_call``): a kill (the process dies there), a timeout before the call
+  reached DynamoDB, or one after DynamoDB applied it;
+- a small item-size limit for claim items in moto, as DynamoDB's 400 KB is for real ones.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import boto3
+import botocore.client
+import pytest
+import redis
+from botocore.exceptions import ClientError, ReadTimeoutError
+from moto import mock_aws
+from moto.dynamodb.models import dynamo_type
+
+from ops import template
+from tests.integration.api_harness import SETTINGS, Api, make_api
+from tests.stateful.model import Model, Sent
+from tests.support.clock import T0, FakeClock
+from timers.adapters import tenants
+from timers.adapters.claims import ClaimStore
+from timers.adapters.redis_index import Lock, RedisIndex
+from timers.core import timer as timer_core
+from timers.core.chain import Entry
+from timers.core.times import parse_ms
+from timers.fanout import LEAD_MS, LOCK_KEY, LOCK_TTL_MS, Fanout, FanoutDeps
+from timers.firing import Hook, RunMarker, TriggerDeps, TriggerReport, run_trigger
+from timers.migrate import MigratorDeps, ResumePositions, run_migrator
+from timers.runtime import DAY_MS
+
+CLAIM_CAP = 8
+"""Attributes per claim item in the test: small, so hot seconds seal items all the time."""
+CLAIM_ITEM_BYTES = 2_500
+"""moto's item limit for claim items in the test: DynamoDB's 400 KB, scaled to the cap (eight
+entries are ~700 bytes; an item that outgrows the cap fails like a real one would)."""
+
+
+class Kill(BaseException):
+    """The process dies here (Lambda timeout, OOM, host loss): nothing of it runs on. A
+    BaseException, so no ``except Exception`` clean-up in the code under test sees it."""
+
+
+class InjectedTimeout(ReadTimeoutError):
+    def __init__(self) -> None:
+        super().__init__(endpoint_url="https://dynamodb.injected")
+
+
+FaultKind = Literal["kill", "timeout_before", "timeout_after", "throttle"]
+
+
+@dataclass
+class Fault:
+    operation: str  # "UpdateItem", "TransactWriteItems", "BatchWriteItem", ... or "*"
+    kind: FaultKind
+    skip: int = 0  # let this many matching calls through first
+
+    def matches(self, operation: str) -> bool:
+        return self.operation in ("*", operation)
+
+
+def injected(exc: BaseException | None) -> bool:
+    """Whether an exception (or what caused it) is one the test injected."""
+    while exc is not None:
+        if isinstance(exc, Kill | InjectedTimeout):
+            return True
+        if isinstance(exc, ClientError) and "injected" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+class Faults:
+    """Armed faults, each fired once, on DynamoDB calls of any client."""
+
+    def __init__(self) -> None:
+        self.armed: list[Fault] = []
+        self.fired: list[Fault] = []
+        self._lock = threading.Lock()
+
+    def take(self, operation: str) -> Fault | None:
+        with self._lock:
+            for fault in self.armed:
+                if fault.matches(operation):
+                    if fault.skip:
+                        fault.skip -= 1
+                        return None
+                    self.armed.remove(fault)
+                    self.fired.append(fault)
+                    return fault
+        return None
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        original = botocore.client.BaseClient._make_api_call
+        faults = self
+
+        def call(client: Any, operation: str, params: dict[str, Any]) -> Any:
+            fault = None
+            if client.meta.service_model.service_name == "dynamodb":
+                fault = faults.take(operation)
+            if fault is not None and fault.kind == "kill":
+                raise Kill(operation)
+            if fault is not None and fault.kind == "timeout_before":
+                raise InjectedTimeout()
+            if fault is not None and fault.kind == "throttle":
+                error = {"Code": "ThrottlingException", "Message": "injected"}
+                raise ClientError({"Error": error}, operation)
+            result = original(client, operation, params)
+            if fault is not None and fault.kind == "timeout_after":
+                raise InjectedTimeout()
+            return result
+
+        botocore.client.BaseClient._make_api_call = call  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            botocore.client.BaseClient._make_api_call = original  # type: ignore[method-assign]
+
+
+@contextmanager
+def small_claim_items() -> Iterator[None]:
+    """moto rejects a claim item over CLAIM_ITEM_BYTES, as DynamoDB rejects any over 400 KB."""
+    cls = dynamo_type.LimitedSizeDict
+    original = cls.__setitem__
+
+    def setitem(self: Any, key: str, value: Any) -> None:
+        hash_key = dict.get(self, "k")
+        if hash_key is not None and "/" in str(getattr(hash_key, "value", "")):
+            size = sum(
+                len(k) + (v.size() if isinstance(v, dynamo_type.DynamoType) else len(str(v)))
+                for k, v in [*self.items(), (key, value)]
+                if k != key or v is value
+            )
+            if size > CLAIM_ITEM_BYTES:
+                raise dynamo_type.ItemSizeTooLarge
+        original(self, key, value)
+
+    cls.__setitem__ = setitem  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        cls.__setitem__ = original  # type: ignore[method-assign]
+
+
+class SinkSqs:
+    """Takes every batch (SQS itself is not under test: moto's slows with depth) and records
+    each callback with the reference time it was sent at and the run that sent it."""
+
+    def __init__(self, clock: FakeClock, sends: list[Sent]) -> None:
+        self.clock, self.sends, self.run = clock, sends, 0
+        self._lock = threading.Lock()
+
+    def send_message_batch(self, *, QueueUrl: str, Entries: list[Any]) -> Any:
+        with self._lock:
+            for e in Entries:
+                body = json.loads(e["MessageBody"])
+                due = parse_ms(body["scheduled_at"])
+                fire = (body["fire_id"], body["timer_id"], due, self.clock())
+                self.sends.append(Sent(*fire, body["payload"], body["name"], self.run))
+        return {"Successful": [{"Id": e["Id"]} for e in Entries], "Failed": []}
+
+
+def spy_on_claims(claims: ClaimStore, clock: FakeClock, claimed: dict[str, int]) -> None:
+    """Record when each fire id was first claimed (a fresh claim: over nothing, or a fence)."""
+    lock = threading.Lock()
+    claim, take_over = claims.claim, claims.take_over
+
+    def note(key: str, name: str, entry: Entry) -> None:
+        if entry.state != "p":
+            return
+        timer_id, ms = name.split("@")
+        due = int(key.split("/")[1]) * 1000 + int(ms)
+        with lock:
+            claimed.setdefault(f"{timer_id}:{entry.fired or due}", clock())
+
+    def spied_claim(key: str, entries: Any) -> bool:
+        ok = claim(key, entries)
+        if ok:
+            for name, entry in entries.items():
+                note(key, name, entry)
+        return ok
+
+    def spied_take_over(key: str, name: str, entry: Entry, old: Entry) -> bool:
+        ok = take_over(key, name, entry, old)
+        if ok and old.state == "t":
+            note(key, name, entry)
+        return ok
+
+    claims.claim = spied_claim  # type: ignore[method-assign]
+    claims.take_over = spied_take_over  # type: ignore[method-assign]
+
+
+@dataclass
+class RunOutcome:
+    report: TriggerReport | None
+    error: BaseException | None
+    sent: set[str] = field(default_factory=set)
+
+
+class World:
+    """One fresh service per example (moto, Redis, tables, tenants), driven step by step."""
+
+    def __init__(self, redis_url: str) -> None:
+        self._stack = ExitStack()
+        self.clock = FakeClock()
+        self.model = Model()
+        self.faults = Faults()
+        self.host_offset_ms = 0
+        self.invoked: list[dict[str, Any]] = []
+        self.runs = 0
+        stack = self._stack
+        stack.enter_context(mock_aws())
+        template.create_tables(boto3.client("dynamodb"))
+        monkeypatch = stack.enter_context(pytest.MonkeyPatch.context())
+        ids = itertools.count()  # timer ids (so partitions and buckets) the same on a replay
+        monkeypatch.setattr(timer_core, "new_timer_id", lambda: f"tmr_{next(ids):024d}")
+        self.api: Api = make_api(monkeypatch, self.clock, redis_url)
+        tenants.set_spread("acme", 1)  # one partition: hot seconds in one claim item
+        for name in ("acme", "globex"):  # the test reads a lot in one millisecond
+            tenants.set_rate_limit(name, 1_000_000)
+        stack.enter_context(self.faults.installed())
+        stack.enter_context(small_claim_items())
+        service = self.api.runtime.service
+        self.claims: ClaimStore = service.claims
+        self.claims.cap = CLAIM_CAP
+        spy_on_claims(self.claims, self.clock, self.model.claimed)
+        self.redis: redis.Redis = self.api.runtime.redis
+        self.index = RedisIndex(self.redis, SETTINGS.bucket_count)
+        service.index = self.index
+        self.sink = SinkSqs(self.clock, self.model.sends)
+        self.migrator = MigratorDeps(
+            index=self.index,
+            timers=service.timers,
+            claims=self.claims,
+            wakeups=service.wakeups,
+            positions=ResumePositions(self.redis),
+            due_shards=SETTINGS.due_shards,
+            lookahead_ms=SETTINGS.lookahead_seconds * 1000,
+            retention_ms=SETTINGS.fire_retention_days * DAY_MS,
+        )
+        self.fanout = Fanout(
+            FanoutDeps(
+                index=self.index,
+                lock=Lock(self.redis, LOCK_KEY, LOCK_TTL_MS),
+                invoke=self._invoke,
+                trigger_function="trigger",
+                clock=self.clock,
+                sleep=self._sleep,
+            )
+        )
+
+    def close(self) -> None:
+        self._stack.close()
+
+    # ------------------------------------------------------------ the functions
+
+    def _sleep(self, seconds: float) -> None:
+        self.clock.advance(max(1, round(seconds * 1000)))
+
+    def _invoke(self, FunctionName: str, InvocationType: str, Payload: bytes) -> None:
+        self.invoked.append(json.loads(Payload))
+
+    def trigger_deps(self, hooks: Callable[[Hook], None] | None) -> TriggerDeps:
+        service = self.api.runtime.service
+        return TriggerDeps(
+            index=self.index,
+            claims=self.claims,
+            timers=service.timers,
+            sqs=self.sink,
+            clock=lambda: self.clock() + self.host_offset_ms,
+            monotonic=lambda: self.clock() - T0 + 777,
+            reference=self.clock,
+            lookahead_ms=SETTINGS.lookahead_seconds * 1000,
+            retention_ms=SETTINGS.fire_retention_days * DAY_MS,
+            sleep=self._sleep,
+            hooks=hooks,
+        )
+
+    def trigger(
+        self,
+        bucket: int,
+        remaining_ms: int = 30_000,
+        hooks: Callable[[Hook], None] | None = None,
+        marker: RunMarker | None = None,
+    ) -> RunOutcome:
+        """One trigger run; a death it was made to die (or an injected fault that ended it)
+        is its outcome, any other exception a failure of the code under test."""
+        self.runs += 1
+        self.sink.run = self.runs
+        report, error = None, None
+        try:
+            report = run_trigger(self.trigger_deps(hooks), bucket, remaining_ms, marker)
+        except BaseException as exc:
+            if not injected(exc):
+                raise
+            error = exc
+        sent = {s.fire_id for s in self.model.sends if s.run == self.runs}
+        if error is not None or (report is not None and report.unrecorded):
+            self.model.dup_ok |= sent  # died (or could not record) after its send: the window
+        return RunOutcome(report, error, sent)
+
+    def due_buckets(self) -> list[int]:
+        now = self.clock()
+        backlog = self.index.backlog(range(self.index.bucket_count), now + LEAD_MS, now)
+        return sorted(b for b, count in backlog.items() if count)
+
+    def migrate(self) -> BaseException | None:
+        try:
+            run_migrator(self.migrator, self.clock())
+        except BaseException as exc:
+            if not injected(exc):
+                raise
+            return exc
+        return None
+
+    def poll(self) -> None:
+        self.fanout.act()
+
+    def run_invoked(self, remaining_ms: int = 30_000) -> None:
+        while self.invoked:
+            event = self.invoked.pop(0)
+            self.trigger(
+                event["bucket"], remaining_ms, marker=RunMarker(event["slot"], event["token"])
+            )
+
+    def history(self, timer_id: str, tenant: str) -> list[str]:
+        """Every fire id of the timer's history (all pages); each one enqueued."""
+        ids: list[str] = []
+        cursor: str | None = None
+        while True:
+            query = {"limit": "100", **({"cursor": cursor} if cursor else {})}
+            got = self.api.call("GET", f"/v1/timers/{timer_id}/fires", tenant=tenant, query=query)
+            assert got.status == 200, got.body
+            for fire in got.body["items"]:
+                assert fire["status"] == "enqueued", fire
+                ids.append(fire["fire_id"])
+            cursor = got.body["next_cursor"]
+            if cursor is None:
+                return ids
+
+    def expire_ttl(self) -> None:
+        """What DynamoDB's TTL deletes once items expired (it may take days; here at once)."""
+        client = boto3.client("dynamodb")
+        now_s = self.clock() // 1000
+        for table in ("ClaimsTable", "TimersTable", "WakeupsTable"):
+            keys = [
+                a["AttributeName"]
+                for a in client.describe_table(TableName=table)["Table"]["KeySchema"]
+            ]
+            for page in client.get_paginator("scan").paginate(TableName=table):
+                for item in page["Items"]:
+                    expires = item.get("expires_at")
+                    if expires is not None and int(expires["N"]) <= now_s:
+                        client.delete_item(TableName=table, Key={k: item[k] for k in keys})
+
+    # ------------------------------------------------------------ settling
+
+    def settle(self, duration_ms: int) -> tuple[int, int]:
+        """Faults off, clocks right: the service runs on its own for ``duration_ms`` - the
+        migrator each minute, the fan-out's polls, every run it starts run to its end."""
+        self.faults.armed.clear()
+        self.host_offset_ms = 0
+        start = self.clock()
+        next_migration = start
+        while self.clock() < start + duration_ms:
+            if self.clock() >= next_migration:
+                assert self.migrate() is None
+                next_migration += 60_000
+            self.poll()
+            self.run_invoked()
+            upcoming = self.redis.zrange("tq:{hints}", 0, 0, withscores=True)
+            wake = min(next_migration, self.clock() + 1_000)
+            if upcoming:
+                wake = min(wake, int(upcoming[0][1]) - LEAD_MS)
+            self.clock.now = max(self.clock() + 25, wake)
+        return start, self.clock()
