@@ -57,6 +57,14 @@ class Kill(BaseException):
     BaseException, so no ``except Exception`` clean-up in the code under test sees it."""
 
 
+class Runaway(BaseException):
+    """A run that never ends (a chain that loops on itself): a failure, not a fault."""
+
+
+RUNAWAY_STEPS = 5_000
+"""Steps (hook calls) one run may take: a run drains at most a few hundred leases here."""
+
+
 class InjectedTimeout(ReadTimeoutError):
     def __init__(self) -> None:
         super().__init__(endpoint_url="https://dynamodb.injected")
@@ -305,8 +313,16 @@ class World:
         self.runs += 1
         self.sink.run = self.runs
         report, error = None, None
+        steps = itertools.count()
+
+        def counted(step: Hook) -> None:
+            if next(steps) > RUNAWAY_STEPS:
+                raise Runaway(f"a trigger run of bucket {bucket} never ends")
+            if hooks is not None:
+                hooks(step)
+
         try:
-            report = run_trigger(self.trigger_deps(hooks), bucket, remaining_ms, marker)
+            report = run_trigger(self.trigger_deps(counted), bucket, remaining_ms, marker)
         except BaseException as exc:
             if not injected(exc):
                 raise
