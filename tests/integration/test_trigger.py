@@ -47,6 +47,7 @@ from tests.support.clock import T0, FakeClock
 from timers.adapters import tenants
 from timers.adapters.claims import ClaimStore
 from timers.adapters.redis_index import RedisIndex
+from timers.adapters.timers_table import PAYLOAD_SUFFIX, PayloadItem, TimerItem
 from timers.claiming import CLAIM_ATTEMPTS
 from timers.core.chain import CHECKPOINT_EVERY, LAPSE_MARGIN_MS, Entry, Member, entry_ref
 from timers.core.times import format_ms, parse_ms
@@ -177,6 +178,9 @@ class Rig:
 
     def stored(self, timer_id: str, tenant: str = "acme") -> Any:
         return self.api.runtime.service.timers.get(tenant, timer_id)
+
+    def stored_item_expiry(self, timer_id: str, tenant: str = "acme") -> Any:
+        return TimerItem.get(tenant, timer_id).expires_at
 
     def members(self) -> set[Member]:
         """Every position waiting in Redis, due or leased."""
@@ -732,6 +736,25 @@ def test_a_recurring_timer_completes_once_with_its_retention(rig: Rig) -> None:
     assert stored.expires_ms is not None and stored.expires_ms > rig.clock()
     assert rig.timer(timer["id"])["status"] == "completed"
     assert rig.members() == set()
+
+
+def test_a_big_payload_expires_with_its_completed_timer_and_never_under_a_rearmed_one(
+    rig: Rig,
+) -> None:
+    """Completion sets the timer's and its payload item's expiry in one transaction, at the
+    revision it completes: a change that re-armed the timer meanwhile keeps its payload."""
+    big = {"big": "x" * 2_000}  # its own payload item
+    timer = rig.api.create(schedule={"type": "every", "seconds": 1}, max_fires=1, payload=big)
+    store = rig.api.runtime.service.timers
+    before = rig.stored(timer["id"])
+    rig.api.call("PATCH", f"/v1/timers/{timer['id']}", body={"max_fires": 5})  # re-armed
+    assert not store.complete(before, 1, T0 + 1_000, rig.clock() + 60_000)  # a stale revision
+    payload = PayloadItem.get("acme", timer["id"] + PAYLOAD_SUFFIX)
+    assert payload.expires_at is None
+    current = rig.stored(timer["id"])
+    assert store.complete(current, 1, T0 + 1_000, rig.clock() + 60_000)
+    expiry = PayloadItem.get("acme", timer["id"] + PAYLOAD_SUFFIX).expires_at
+    assert expiry == rig.stored_item_expiry(timer["id"])
 
 
 # ---------------------------------------------------------------- targets

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from timers.adapters.claims import MAX_DEPTH, ClaimStore, chunks, weight
+from timers.adapters.claims import CHUNK, MAX_DEPTH, ClaimStore, chunks, weight
 from timers.core.chain import (
     LAPSE_MARGIN_MS,
     Entry,
@@ -114,6 +114,11 @@ class Claimer:
     now: Callable[[], int]  # the reference time
     may_write: Callable[[], bool]  # whether a claim write can still finish before the deadline
 
+    @property
+    def chunk(self) -> int:
+        """Entries per claim write: never more than a fresh item takes (an entry weighs <= 2)."""
+        return min(CHUNK, self.claims.cap // 2)
+
     def claim(self, jobs: Sequence[Job]) -> Claimed:
         """Claim every fresh job's position; sort the stale ones out by what they find."""
         out = Claimed()
@@ -133,7 +138,7 @@ class Claimer:
     def _claim_item(self, jobs: list[Job]) -> Claimed:
         out = Claimed()
         named = {job.name: job for job in jobs}
-        for chunk in chunks(named):
+        for chunk in chunks(named, self.chunk):
             out.add(self._claim_chunk(list(chunk.values())))
         return out
 
@@ -205,7 +210,7 @@ class Claimer:
                 self.claims.seal(key)  # no room: its positions' homes are below it from now on
                 out.add(self._sort_out(group, depth + 1))
                 continue
-            for chunk in chunks({j.name: j for j in group}):
+            for chunk in chunks({j.name: j for j in group}, self.chunk):
                 out.add(self._claim_chunk(list(chunk.values()), depth + 1))
         return out
 

@@ -301,6 +301,8 @@ class ClaimStore(LowLevelClient):
         locates them and seals a full item)."""
         names = list(entries)
         adding = sum(weight(e) for e in entries.values())
+        if adding > self.cap:
+            raise ValueError(f"{adding} attributes do not fit a claim item of {self.cap}")
         return self._update(
             key,
             "SET "

@@ -381,7 +381,7 @@ class TimerStore(LowLevelClient):
         # One transaction: a change that re-arms the timer meanwhile must not leave its payload
         # item expiring under it.
         try:
-            with TransactWrite(connection=TimerItem._get_connection()) as transaction:
+            with TransactWrite(connection=TimerItem._get_connection().connection) as transaction:
                 transaction.update(
                     TimerItem(timer.tenant, timer.id),
                     actions=actions,
