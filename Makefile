@@ -10,13 +10,14 @@ export AWS_DEFAULT_REGION ?= us-east-1
 PY312 := $(shell command -v pyenv >/dev/null && pyenv versions --bare 2>/dev/null | grep '^3\.12' | tail -1)
 SAM_ENV := $(if $(PY312),PYENV_VERSION=$(PY312))
 
-.PHONY: help venv tools run demo test bench lint fmt validate build deploy tenant clean
+.PHONY: help venv tools run demo test reverts bench lint fmt validate build deploy tenant clean
 
 help:
 	@echo "make run       - the whole service on this machine (API_PORT, AWS_PORT, REDIS_PORT)"
 	@echo "make demo      - with make run going: create timers and watch their callbacks arrive"
 	@echo "                 (TIMERS_ALLOW_LOOPBACK_TARGETS=1 make run: and a webhook too)"
 	@echo "make test      - the whole suite (real redis-server, moto); installs what it needs"
+	@echo "make reverts   - put each of issue 16's defects back: the stateful test must fail"
 	@echo "make bench     - benchmarks, ~35 min (QUICK=1: ~12 min) -> bench/results/latest.json"
 	@echo "make lint      - ruff + mypy"
 	@echo "make validate  - sam validate --lint and cfn-lint on template.yaml"
@@ -46,6 +47,10 @@ demo: venv
 
 test: venv
 	$(BIN)/pytest -n 2 -q
+
+# Each defect of issue 16, re-introduced in a copy of the code, must fail the stateful test.
+reverts: venv
+	$(BIN)/python -m ops.check_reverts $(if $(EXAMPLES),--examples $(EXAMPLES))
 
 # Engine (Redis path vs the naive design), cost per fire (counted units x list prices), fire
 # lag and webhook lag on the local stack; each merges its section into bench/results/latest.json.

@@ -937,6 +937,54 @@ def test_two_thousand_timers_due_in_one_second_fire_once_each(rig: Rig) -> None:
     assert len(shown.body["items"]) == 100  # derived from the claim items: all fired
 
 
+def claim_items(rig: Rig) -> dict[str, dict[str, Any]]:
+    client = boto3.client("dynamodb")
+    items = client.scan(TableName=rig.claims.table)["Items"]
+    return {item["k"]["S"]: item for item in items}
+
+
+def test_a_hot_second_seals_full_claim_items_and_fires_each_position_once(rig: Rig) -> None:
+    """Issue 16, defect 2: one tenant's fires of one second all live in one claim item, which
+    DynamoDB refuses past 400 KB. Items take at most CLAIM_CAP entries; a full one is sealed
+    and its positions live in child items - late at worst, never stuck."""
+    tenants.set_spread("acme", 1)  # every timer in one claim partition
+    rig.claims.cap = 8
+    created = create_many(rig, "acme", 120, [T0 + 1_000])
+    rig.sqs.real = SinkSqs()
+    rig.clock.now = T0 + 1_000
+    rig.run_until_idle()
+    assert rig.per_fire() == Counter({f"{t['id']}:{T0 + 1_000}": 1 for t in created})
+    items = claim_items(rig)
+    assert len(items) > 120 // 8  # the root and its children, as deep as needed
+    for key, item in items.items():
+        entries = [name for name in item if "@" in name]
+        assert len(entries) <= 8, key
+    sealed = [key for key, item in items.items() if "sl" in item]
+    assert sealed and all(len([n for n in items[k] if "@" in n]) <= 8 for k in sealed)
+    shown = rig.api.call("GET", f"/v1/timers/{created[-1]['id']}/fires").body["items"]
+    assert [f["status"] for f in shown] == ["enqueued"]  # found through the sealed items
+
+
+def test_a_change_fences_its_cursor_below_a_full_item(rig: Rig) -> None:
+    """A fence is a new attribute too: in a full item it goes to the child, where the member
+    of the older revision finds it."""
+    tenants.set_spread("acme", 1)
+    rig.claims.cap = 8
+    timer = rig.api.create(schedule={"type": "at", "at": format_ms(T0 + 2_900)})
+    create_many(rig, "acme", 8, [T0 + 2_000])  # they fill the root item of 10:00:02
+    rig.sqs.real = SinkSqs()
+    rig.clock.now = T0 + 2_000
+    rig.run()
+    reply = rig.api.call("PATCH", f"/v1/timers/{timer['id']}", body={"payload": "changed"})
+    assert reply.status == 200
+    ref = entry_ref(rig.stored(timer["id"]).partition, timer["id"], T0 + 2_900)
+    at = rig.claims.locate([ref], consistent=True)[ref]
+    assert at.key.count("/") == 2 and at.entry == Entry("t", 2)  # the root is sealed
+    rig.clock.now = T0 + 2_900
+    rig.run_until_idle()
+    assert rig.per_fire()[f"{timer['id']}:{T0 + 2_900}"] == 1
+
+
 def test_one_tenants_burst_does_not_delay_another_tenants_timer(rig: Rig) -> None:
     """Tenant A has 300 fires due in the same instant as B's one, in the same bucket: B's goes
     out in the first lease (round-robin across tenants), not after A's burst."""

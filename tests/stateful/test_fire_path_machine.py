@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -52,6 +52,8 @@ from timers.runtime import DAY_MS
 pytestmark = pytest.mark.integration
 
 EXAMPLES = int(os.environ.get("TIMERS_MACHINE_EXAMPLES", "40"))
+PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)
+NO_SHRINK = PHASES[:-1]  # ops/check_reverts.py: a failure is all it needs to see
 SETTLE_MS = SETTINGS.lookahead_seconds * 1000 + 15_000
 """Long enough for a lost member to come back (the migrator runs at once and each minute), for
 a dead run's claims to lapse and be taken over, and for the look-ahead to be crossed."""
@@ -412,5 +414,6 @@ def test_the_fire_path_never_loses_duplicates_or_fires_early(
             database=None,
             suppress_health_check=list(HealthCheck),
             derandomize=os.environ.get("TIMERS_MACHINE_RANDOM") is None,
+            phases=PHASES if os.environ.get("TIMERS_MACHINE_SHRINK") != "0" else NO_SHRINK,
         ),
     )

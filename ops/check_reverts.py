@@ -1,0 +1,83 @@
+"""Each of issue 16's defects, put back, must make the stateful test fail.
+
+``python -m ops.check_reverts [--examples N] [PATCH ...]`` (``make reverts``): for each patch in
+``tests/stateful/reverts/`` (or those named), copy the checkout's tracked files to a temporary
+directory, apply the patch there, run the stateful test on that copy (its own code first on
+the import path; Hypothesis does not shrink, so a failure ends the run at once) and report
+whether the test caught the defect - with the assertion that failed - or missed it. Exits
+non-zero if any defect went unnoticed. The checkout itself is never touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REVERTS = ROOT / "tests" / "stateful" / "reverts"
+TEST = "tests/stateful/test_fire_path_machine.py"
+
+
+def tracked_files() -> list[str]:
+    out = subprocess.run(["git", "ls-files"], cwd=ROOT, check=True, capture_output=True, text=True)
+    return [line for line in out.stdout.splitlines() if (ROOT / line).is_file()]
+
+
+def copy_checkout(into: Path) -> None:
+    for name in tracked_files():
+        target = into / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, target)
+
+
+def check(patch: Path, examples: int) -> tuple[bool, str, float]:
+    """(caught, what failed or why not, seconds)."""
+    with tempfile.TemporaryDirectory(prefix="revert-") as tmp:
+        copy = Path(tmp)
+        copy_checkout(copy)
+        subprocess.run(["git", "apply", str(patch)], cwd=copy, check=True)
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(str(copy / p) for p in ("layers/shared", "clients", ".")),
+            "TIMERS_MACHINE_EXAMPLES": str(examples),
+            "TIMERS_MACHINE_SHRINK": "0",
+        }
+        started = time.monotonic()
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", TEST, "-x", "-q", "-p", "no:cacheprovider"],
+            cwd=copy,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        elapsed = time.monotonic() - started
+    if run.returncode == 0:
+        return False, f"the stateful test passed {examples} examples", elapsed
+    found = re.search(r"^E\s+(\w+(?:Error|Exception|Runaway|Kill)\b.*)$", run.stdout, re.M)
+    return True, (found.group(1)[:160] if found else run.stdout[-300:]), elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ops.check_reverts", description=__doc__)
+    parser.add_argument("--examples", type=int, default=200)
+    parser.add_argument("patches", nargs="*", type=Path)
+    args = parser.parse_args(argv)
+    patches = args.patches or sorted(REVERTS.glob("*.patch"))
+    missed = 0
+    for patch in patches:
+        caught, what, seconds = check(patch.resolve(), args.examples)
+        missed += not caught
+        verdict = "caught" if caught else "MISSED"
+        print(f"{verdict:6}  {patch.stem}  ({seconds:.0f} s): {what}", flush=True)
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
