@@ -96,6 +96,7 @@ class Model:
     sends: list[Sent] = field(default_factory=list)
     claimed: dict[str, int] = field(default_factory=dict)  # fire id -> first claim time
     dup_ok: set[str] = field(default_factory=set)  # the documented duplicate window
+    history_from: int = 0  # fires due before this are past the retention: gone from history
     checked: int = 0  # sends checked so far
 
     # ------------------------------------------------------------ as things happen
@@ -180,9 +181,18 @@ class Model:
         assert view["fire_count"] == len(sent), (
             f"GET says {view['fire_count']} fires, {len(sent)} were sent: {view}\n{sorted(sent)}"
         )
-        assert set(history) == sent and len(history) == len(sent), (
+        kept = {f for f in sent if int(f.rsplit(":", 1)[1]) >= self.history_from}
+        assert kept <= set(history) <= sent and len(history) == len(set(history)), (
             f"the fire history is not what was sent: {sorted(history)} vs {sorted(sent)}"
         )
+
+    def retention_passed(self, now: int, retention_ms: int) -> None:
+        """Completed timers expired (their TTL is their completion plus the retention) and so
+        did every fire older than the retention."""
+        self.history_from = now - retention_ms
+        for timer in self.timers.values():
+            if timer.deleted_at is None and timer.current.status == "completed":
+                timer.deleted_at = now
 
 
 def payload_key(payload: Any) -> str:

@@ -361,8 +361,10 @@ class FirePathMachine(RuleBasedStateMachine):
     def retention_passes(self) -> None:
         """Nothing is active: jump past the retention and let DynamoDB's TTL delete what
         expired (late, in any order). What stays must still read consistently."""
-        self.world.clock.advance(SETTINGS.fire_retention_days * DAY_MS + 2 * DAY_MS)
+        retention_ms = SETTINGS.fire_retention_days * DAY_MS
+        self.world.clock.advance(retention_ms + 2 * DAY_MS)
         self.world.expire_ttl()
+        self.model.retention_passed(self.world.clock(), retention_ms)
 
     # ------------------------------------------------------------ checks
 

@@ -19,3 +19,7 @@ class FakeClock:
     def advance(self, ms: int) -> int:
         self.now += ms
         return self.now
+
+    def sleep(self, seconds: float) -> None:
+        """A sleeper for the code under test: waiting moves this clock (at least 1 ms)."""
+        self.advance(max(1, round(seconds * 1000)))

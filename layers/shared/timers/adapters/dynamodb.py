@@ -18,3 +18,11 @@ class LowLevelClient:
         if self._client is None:
             self._client = boto3.client("dynamodb")
         return self._client
+
+
+def failed_because(exc: Exception, code: str) -> bool:
+    """Whether a pynamodb error was DynamoDB answering ``code``. (pynamodb's own
+    ``cause_response_code`` fails with AttributeError when the cause was a timeout or a dropped
+    connection: botocore leaves their ``response`` None.)"""
+    response = getattr(getattr(exc, "cause", None), "response", None) or {}
+    return bool(response.get("Error", {}).get("Code") == code)

@@ -10,6 +10,7 @@ from pynamodb.attributes import NumberAttribute, TTLAttribute, UnicodeAttribute
 from pynamodb.exceptions import PutError
 from pynamodb.models import Model
 
+from timers.adapters.dynamodb import failed_because
 from timers.core.times import from_ms
 
 IDEMPOTENCY_TTL = timedelta(hours=24)
@@ -61,7 +62,7 @@ class IdempotencyStore:
             item.save(condition=fresh)
             return None
         except PutError as exc:
-            if exc.cause_response_code != "ConditionalCheckFailedException":
+            if not failed_because(exc, "ConditionalCheckFailedException"):
                 raise
         existing = IdempotencyItem.get(pk, consistent_read=True)
         return IdempotencyRecord(

@@ -25,7 +25,7 @@ from pynamodb.indexes import GlobalSecondaryIndex, IncludeProjection
 from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
-from timers.adapters.dynamodb import LowLevelClient
+from timers.adapters.dynamodb import LowLevelClient, failed_because
 from timers.core.errors import ConcurrentUpdate
 from timers.core.schedule import is_recurring, schedule_from_dict, schedule_to_dict
 from timers.core.timer import Timer
@@ -316,7 +316,7 @@ class TimerStore(LowLevelClient):
         try:
             self.item(timer).save(condition=TimerItem.timer_id.does_not_exist())
         except PutError as exc:
-            if exc.cause_response_code == "ConditionalCheckFailedException":
+            if failed_because(exc, "ConditionalCheckFailedException"):
                 raise ConcurrentUpdate("the timer exists already") from exc
             raise
 
@@ -392,7 +392,7 @@ class TimerStore(LowLevelClient):
                     actions=[PayloadItem.expires_at.set(_at(expires_ms))],
                 )
         except TransactWriteError as exc:
-            if exc.cause_response_code == "TransactionCanceledException":
+            if failed_because(exc, "TransactionCanceledException"):
                 return False
             raise
         return True
@@ -407,7 +407,7 @@ class TimerStore(LowLevelClient):
                 actions=actions, condition=TimerItem.rev == timer.rev
             )
         except UpdateError as exc:
-            if exc.cause_response_code == "ConditionalCheckFailedException":
+            if failed_because(exc, "ConditionalCheckFailedException"):
                 return False
             raise
         return True
