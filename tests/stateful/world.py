@@ -47,9 +47,9 @@ from timers.runtime import DAY_MS
 
 CLAIM_CAP = 8
 """Attributes per claim item in the test: small, so hot seconds seal items all the time."""
-CLAIM_ITEM_BYTES = 2_500
+CLAIM_ITEM_BYTES = 1_200
 """moto's item limit for claim items in the test: DynamoDB's 400 KB, scaled to the cap (eight
-entries are ~700 bytes; an item that outgrows the cap fails like a real one would)."""
+of the largest entries are ~950 bytes; an item that outgrows the cap fails like a real one)."""
 
 
 class Kill(BaseException):
@@ -185,8 +185,11 @@ class SinkSqs:
         return {"Successful": [{"Id": e["Id"]} for e in Entries], "Failed": []}
 
 
-def spy_on_claims(claims: ClaimStore, clock: FakeClock, claimed: dict[str, int]) -> None:
-    """Record when each fire id was first claimed (a fresh claim: over nothing, or a fence)."""
+def spy_on_claims(
+    claims: ClaimStore, clock: FakeClock, claimed: dict[str, int], last: list[str | None]
+) -> None:
+    """Record when each fire id was first claimed (a fresh claim: over nothing, or a fence),
+    and in ``last`` the timer of the latest one."""
     lock = threading.Lock()
     claim, take_over = claims.claim, claims.take_over
 
@@ -197,6 +200,7 @@ def spy_on_claims(claims: ClaimStore, clock: FakeClock, claimed: dict[str, int])
         due = int(key.split("/")[1]) * 1000 + int(ms)
         with lock:
             claimed.setdefault(f"{timer_id}:{entry.fired or due}", clock())
+            last[0] = timer_id
 
     def spied_claim(key: str, entries: Any) -> bool:
         ok = claim(key, entries)
@@ -233,6 +237,7 @@ class World:
         self.host_offset_ms = 0
         self.invoked: list[dict[str, Any]] = []
         self.runs = 0
+        self.next_migration = self.clock() // 60_000 * 60_000 + 60_000  # EventBridge's minutes
         stack = self._stack
         stack.enter_context(mock_aws())
         template.create_tables(boto3.client("dynamodb"))
@@ -248,7 +253,8 @@ class World:
         service = self.api.runtime.service
         self.claims: ClaimStore = service.claims
         self.claims.cap = CLAIM_CAP
-        spy_on_claims(self.claims, self.clock, self.model.claimed)
+        self._last_claimed: list[str | None] = [None]
+        spy_on_claims(self.claims, self.clock, self.model.claimed, self._last_claimed)
         self.redis: redis.Redis = self.api.runtime.redis
         self.index = RedisIndex(self.redis, SETTINGS.bucket_count)
         service.index = self.index
@@ -386,24 +392,36 @@ class World:
                     if expires is not None and int(expires["N"]) <= now_s:
                         client.delete_item(TableName=table, Key={k: item[k] for k in keys})
 
-    # ------------------------------------------------------------ settling
+    @property
+    def last_claimed(self) -> str | None:
+        """The timer of the latest fresh claim."""
+        return self._last_claimed[0]
 
-    def settle(self, duration_ms: int) -> tuple[int, int]:
-        """Faults off, clocks right: the service runs on its own for ``duration_ms`` - the
-        migrator each minute, the fan-out's polls, every run it starts run to its end."""
-        self.faults.armed.clear()
-        self.host_offset_ms = 0
-        start = self.clock()
-        next_migration = start
-        while self.clock() < start + duration_ms:
-            if self.clock() >= next_migration:
-                assert self.migrate() is None
-                next_migration += 60_000
+    # ------------------------------------------------------------ running
+
+    def run(self, duration_ms: int, remaining_ms: int = 30_000) -> None:
+        """The service as deployed, for ``duration_ms``: the migrator on EventBridge's minutes,
+        the fan-out's polls, every run it starts run to its end. The clock jumps to what is next
+        (a hint coming due, the next minute, the one-second sweep)."""
+        end = self.clock() + duration_ms
+        while self.clock() < end:
+            if self.clock() >= self.next_migration:
+                self.migrate()
+                self.next_migration = self.clock() // 60_000 * 60_000 + 60_000
             self.poll()
-            self.run_invoked()
+            self.run_invoked(remaining_ms)
             upcoming = self.redis.zrange("tq:{hints}", 0, 0, withscores=True)
-            wake = min(next_migration, self.clock() + 1_000)
+            wake = min(self.next_migration, self.clock() + 1_000, end)
             if upcoming:
                 wake = min(wake, int(upcoming[0][1]) - LEAD_MS)
             self.clock.now = max(self.clock() + 25, wake)
+
+    def settle(self, duration_ms: int) -> tuple[int, int]:
+        """Faults off, clocks right: the service runs on its own for ``duration_ms``, starting
+        with a migrator run (a settle must not wait for the minute to find lost work)."""
+        self.faults.armed.clear()
+        self.host_offset_ms = 0
+        start = self.clock()
+        assert self.migrate() is None
+        self.run(duration_ms)
         return start, self.clock()
