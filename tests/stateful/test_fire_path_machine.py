@@ -204,8 +204,8 @@ class FirePathMachine(RuleBasedStateMachine):
         now = self.world.clock()
         specs = [{"schedule": SCHEDULES[w](now), "payload": _payload(big), "name": f"b{i}"}
                  for i, w in enumerate(which)]  # fmt: skip
-        if die_at is not None:
-            self.world.faults.armed.append(Fault("*", "kill", skip=die_at))
+        if die_at is not None:  # the payloads', the timers' or the wakeups' write
+            self.world.faults.armed.append(Fault("BatchWriteItem", "kill", skip=die_at))
         reply = self._call("POST", "/v1/timers:batch", tenant, body={"timers": specs})
         self.world.faults.armed.clear()
         if reply is None or reply.status != 201:

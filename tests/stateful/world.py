@@ -14,6 +14,7 @@ trigger cores wired as in Lambda. Around them, only observation and faults:
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import threading
@@ -28,7 +29,8 @@ import pytest
 import redis
 from botocore.exceptions import ClientError, ReadTimeoutError
 from moto import mock_aws
-from moto.dynamodb.models import dynamo_type
+from moto.dynamodb.exceptions import ItemSizeToUpdateTooLarge
+from moto.dynamodb.models import DynamoDBBackend, dynamo_type
 
 from ops import template
 from tests.integration.api_harness import SETTINGS, Api, make_api
@@ -50,6 +52,9 @@ CLAIM_CAP = 8
 CLAIM_ITEM_BYTES = 1_200
 """moto's item limit for claim items in the test: DynamoDB's 400 KB, scaled to the cap (eight
 of the largest entries are ~950 bytes; an item that outgrows the cap fails like a real one)."""
+
+
+DUE_SHARDS = 2
 
 
 class Kill(BaseException):
@@ -144,9 +149,12 @@ class Faults:
 
 @contextmanager
 def small_claim_items() -> Iterator[None]:
-    """moto rejects a claim item over CLAIM_ITEM_BYTES, as DynamoDB rejects any over 400 KB."""
+    """moto rejects a claim item over CLAIM_ITEM_BYTES, as DynamoDB rejects any over 400 KB -
+    and, like DynamoDB, applies nothing of an update it rejects (moto applies its actions one
+    by one: what came before the one that broke the limit is put back)."""
     cls = dynamo_type.LimitedSizeDict
     original = cls.__setitem__
+    update_item = DynamoDBBackend.update_item
 
     def setitem(self: Any, key: str, value: Any) -> None:
         hash_key = dict.get(self, "k")
@@ -160,11 +168,29 @@ def small_claim_items() -> Iterator[None]:
                 raise dynamo_type.ItemSizeTooLarge
         original(self, key, value)
 
+    def atomic_update(
+        backend: Any, table_name: str, key: dict[str, Any], *a: Any, **kw: Any
+    ) -> Any:
+        table = backend.get_table(table_name)
+        hash_value = dynamo_type.DynamoType(key[table.hash_key_attr])
+        before = table.get_item(hash_value, None) if "k" in key else None
+        saved = copy.deepcopy(before.attrs) if before is not None else None
+        try:
+            return update_item(backend, table_name, key, *a, **kw)
+        except ItemSizeToUpdateTooLarge:
+            if "k" in key and saved is None:
+                table.delete_item(hash_value, None)
+            elif saved is not None:
+                table.get_item(hash_value, None).attrs = saved
+            raise
+
     cls.__setitem__ = setitem  # type: ignore[method-assign]
+    DynamoDBBackend.update_item = atomic_update  # type: ignore[method-assign]
     try:
         yield
     finally:
         cls.__setitem__ = original  # type: ignore[method-assign]
+        DynamoDBBackend.update_item = update_item  # type: ignore[method-assign]
 
 
 class SinkSqs:
@@ -251,6 +277,9 @@ class World:
         stack.enter_context(self.faults.installed())
         stack.enter_context(small_claim_items())
         service = self.api.runtime.service
+        # A small deployment: two due-index and wakeup shards, so one-shots share a shard's
+        # items as a big deployment's do under load.
+        service.timers.due_shards = service.wakeups.shards = DUE_SHARDS
         self.claims: ClaimStore = service.claims
         self.claims.cap = CLAIM_CAP
         self._last_claimed: list[str | None] = [None]
@@ -265,7 +294,7 @@ class World:
             claims=self.claims,
             wakeups=service.wakeups,
             positions=ResumePositions(self.redis),
-            due_shards=SETTINGS.due_shards,
+            due_shards=DUE_SHARDS,
             lookahead_ms=SETTINGS.lookahead_seconds * 1000,
             retention_ms=SETTINGS.fire_retention_days * DAY_MS,
         )
