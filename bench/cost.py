@@ -55,8 +55,7 @@ from timers.core.chain import CHECKPOINT_EVERY  # noqa: E402
 from timers.core.times import format_ms  # noqa: E402
 from timers.fanout import LOCK_KEY, LOCK_TTL_MS, MAX_RUN_MS, POLL_MS, Fanout, FanoutDeps  # noqa: E402
 from timers.firing import LEASE_LIMIT, TriggerDeps  # noqa: E402
-from timers.migrate import MigratorDeps, ResumePositions  # noqa: E402
-from timers.runtime import DAY_MS, build_runtime  # noqa: E402
+from timers.runtime import DAY_MS, build_runtime, migrator_deps  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_795_255_140_000  # 2026-11-21T09:59:00Z: a minute boundary
@@ -177,11 +176,9 @@ class Stack:
             clock=self.clock, reference=self.clock, lookahead_ms=lookahead,
             retention_ms=settings.fire_retention_days * DAY_MS, sleep=sleep,
         )  # fmt: skip
-        self.migrator_deps = MigratorDeps(
-            index=index, timers=service.timers, claims=service.claims, wakeups=service.wakeups,
-            positions=ResumePositions(conn), due_shards=settings.due_shards,
-            lookahead_ms=lookahead, retention_ms=settings.fire_retention_days * DAY_MS,
-        )  # fmt: skip
+        self.migrator_deps = migrator_deps(
+            settings, conn, service.timers, service.claims, service.wakeups, index=index
+        )
         self.fanout = Fanout(FanoutDeps(
             index=index, lock=Lock(conn, LOCK_KEY, LOCK_TTL_MS), invoke=self._invoke,
             trigger_function="trigger", clock=self.clock, sleep=sleep,

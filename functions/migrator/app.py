@@ -10,10 +10,9 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from timers.adapters.redis_index import RedisIndex
 from timers.config import Settings
-from timers.migrate import MigratorDeps, ResumePositions, run_migrator
-from timers.runtime import DAY_MS, redis_client, stores, wall_clock_ms
+from timers.migrate import MigratorDeps, run_migrator
+from timers.runtime import migrator_deps, redis_client, stores, wall_clock_ms
 
 logger = Logger()
 metrics = Metrics()
@@ -23,18 +22,7 @@ metrics = Metrics()
 def deps() -> MigratorDeps:
     """Clients and settings, built once per cold start (not at import)."""
     settings = Settings.from_env()
-    timers, claims, wakeups = stores(settings)
-    conn = redis_client(settings)
-    return MigratorDeps(
-        index=RedisIndex(conn, settings.bucket_count),
-        timers=timers,
-        claims=claims,
-        wakeups=wakeups,
-        positions=ResumePositions(conn),
-        due_shards=settings.due_shards,
-        lookahead_ms=settings.lookahead_seconds * 1000,
-        retention_ms=settings.fire_retention_days * DAY_MS,
-    )
+    return migrator_deps(settings, redis_client(settings), *stores(settings))
 
 
 def clock() -> int:

@@ -26,8 +26,8 @@ from timers.adapters.redis_index import Lock, RedisIndex
 from timers.core.times import parse_ms
 from timers.fanout import LOCK_KEY, LOCK_TTL_MS, POLL_MS, Fanout, FanoutDeps
 from timers.firing import SEND_GUARD_MS, RunMarker, TriggerDeps, run_trigger
-from timers.migrate import MigratorDeps, ResumePositions, run_migrator
-from timers.runtime import DAY_MS
+from timers.migrate import run_migrator
+from timers.runtime import DAY_MS, migrator_deps
 
 pytestmark = pytest.mark.integration
 
@@ -44,15 +44,8 @@ class World:
         self.index: RedisIndex = service.index  # type: ignore[assignment]
         self.sqs = boto3.client("sqs")
         self.invoked: list[dict[str, Any]] = []
-        self.migrator = MigratorDeps(
-            index=self.index,
-            timers=service.timers,
-            claims=service.claims,
-            wakeups=service.wakeups,
-            positions=ResumePositions(self.redis),
-            due_shards=SETTINGS.due_shards,
-            lookahead_ms=SETTINGS.lookahead_seconds * 1000,
-            retention_ms=SETTINGS.fire_retention_days * DAY_MS,
+        self.migrator = migrator_deps(
+            SETTINGS, self.redis, service.timers, service.claims, service.wakeups
         )
         self.fanout = Fanout(
             FanoutDeps(

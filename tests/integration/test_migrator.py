@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from timers.core.chain import Member
 from timers.core.timer import Timer
 from timers.core.times import format_ms
 from timers.migrate import MigrationReport, MigratorDeps, ResumePositions, run_migrator
-from timers.runtime import DAY_MS
+from timers.runtime import DAY_MS, migrator_deps
 
 pytestmark = pytest.mark.integration
 
@@ -46,17 +45,8 @@ def api(
 
 def deps_for(api: Api, **overrides: Any) -> MigratorDeps:
     service = api.runtime.service
-    deps = MigratorDeps(
-        index=RedisIndex(api.runtime.redis, SETTINGS.bucket_count),
-        timers=service.timers,
-        claims=service.claims,
-        wakeups=service.wakeups,
-        positions=ResumePositions(api.runtime.redis),
-        due_shards=SETTINGS.due_shards,
-        lookahead_ms=LOOKAHEAD_MS,
-        retention_ms=SETTINGS.fire_retention_days * DAY_MS,
-    )
-    return replace(deps, **overrides)
+    return migrator_deps(SETTINGS, api.runtime.redis, service.timers, service.claims,
+                         service.wakeups, **overrides)  # fmt: skip
 
 
 def migrate(api: Api, **overrides: Any) -> MigrationReport:

@@ -44,8 +44,8 @@ from timers.core.chain import Entry
 from timers.core.times import parse_ms
 from timers.fanout import LEAD_MS, LOCK_KEY, LOCK_TTL_MS, Fanout, FanoutDeps
 from timers.firing import Hook, RunMarker, TriggerDeps, TriggerReport, run_trigger
-from timers.migrate import MigratorDeps, ResumePositions, run_migrator
-from timers.runtime import DAY_MS
+from timers.migrate import run_migrator
+from timers.runtime import DAY_MS, migrator_deps
 
 CLAIM_CAP = 8
 """Attributes per claim item in the test: small, so hot seconds seal items all the time."""
@@ -288,16 +288,10 @@ class World:
         self.index = RedisIndex(self.redis, SETTINGS.bucket_count)
         service.index = self.index
         self.sink = SinkSqs(self.clock, self.model.sends)
-        self.migrator = MigratorDeps(
-            index=self.index,
-            timers=service.timers,
-            claims=self.claims,
-            wakeups=service.wakeups,
-            positions=ResumePositions(self.redis),
+        self.migrator = migrator_deps(
+            SETTINGS, self.redis, service.timers, self.claims, service.wakeups,
             due_shards=DUE_SHARDS,
-            lookahead_ms=SETTINGS.lookahead_seconds * 1000,
-            retention_ms=SETTINGS.fire_retention_days * DAY_MS,
-        )
+        )  # fmt: skip
         self.fanout = Fanout(
             FanoutDeps(
                 index=self.index,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
@@ -21,6 +21,7 @@ from timers.adapters.tenants import CachedAuthenticator, Tenant
 from timers.adapters.timers_table import TimerStore
 from timers.adapters.wakeups import WakeupStore
 from timers.config import Settings
+from timers.migrate import MigratorDeps, ResumePositions
 from timers.service import TimerService
 
 REDIS_TIMEOUT_S = 1.0  # every Redis call ends within this (the trigger budgets with it)
@@ -68,6 +69,29 @@ def stores(
         ClaimStore(settings.claims_table, settings.fire_retention_days),
         WakeupStore(settings.due_shards, settings.fire_retention_days),
     )
+
+
+def migrator_deps(
+    settings: Settings,
+    conn: Any,
+    timers: TimerStore,
+    claims: ClaimStore,
+    wakeups: WakeupStore,
+    **overrides: Any,
+) -> MigratorDeps:
+    """What a migrator run needs, from the settings and the stores (the handler's, or a test's
+    own with ``overrides`` such as a smaller budget)."""
+    deps = MigratorDeps(
+        index=RedisIndex(conn, settings.bucket_count),
+        timers=timers,
+        claims=claims,
+        wakeups=wakeups,
+        positions=ResumePositions(conn),
+        due_shards=settings.due_shards,
+        lookahead_ms=settings.lookahead_seconds * 1000,
+        retention_ms=settings.fire_retention_days * DAY_MS,
+    )
+    return replace(deps, **overrides)
 
 
 @dataclass

@@ -227,15 +227,7 @@ class ClaimStore(LowLevelClient):
     def read_delivery(self, ref: EntryRef) -> DeliveryState | None:
         """One fire's delivery record (consistent), None before its first attempt. ``ref``
         names the entry's home (the trigger sends it with the fire)."""
-        key, name = ref
-        response = self.client.get_item(
-            TableName=self.table,
-            Key={"k": {"S": key}},
-            ConsistentRead=True,
-            ProjectionExpression="#w",
-            ExpressionAttributeNames={"#w": delivery_name(name)},
-        )
-        value = response.get("Item", {}).get(delivery_name(name))
+        value = self._attribute(ref[0], delivery_name(ref[1]))
         return None if value is None else delivery_from_item_value(value)
 
     def write_delivery(
@@ -397,16 +389,19 @@ class ClaimStore(LowLevelClient):
     def read_one(self, ref: EntryRef) -> Entry | None:
         """The entry at this very item (consistent): for the owner of a claim, who knows its
         home."""
-        key, name = ref
+        value = self._attribute(*ref)
+        return None if value is None else from_item_value(value)
+
+    def _attribute(self, key: str, name: str) -> Any:
+        """One attribute of one item, read consistently (None if absent)."""
         response = self.client.get_item(
             TableName=self.table,
             Key={"k": {"S": key}},
             ConsistentRead=True,
-            ProjectionExpression="#e",
-            ExpressionAttributeNames={"#e": name},
+            ProjectionExpression="#a",
+            ExpressionAttributeNames={"#a": name},
         )
-        value = response.get("Item", {}).get(name)
-        return None if value is None else from_item_value(value)
+        return response.get("Item", {}).get(name)
 
     # ---------------------------------------------------------------- a change's writes
 
