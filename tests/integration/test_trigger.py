@@ -48,7 +48,7 @@ from timers.adapters import tenants
 from timers.adapters.claims import ClaimStore
 from timers.adapters.redis_index import RedisIndex
 from timers.adapters.timers_table import PAYLOAD_SUFFIX, PayloadItem, TimerItem
-from timers.claiming import CLAIM_ATTEMPTS
+from timers.claiming import CLAIM_ATTEMPTS, CLAIM_RETRY_MS
 from timers.core.chain import CHECKPOINT_EVERY, LAPSE_MARGIN_MS, Entry, Member, entry_ref
 from timers.core.times import format_ms, parse_ms
 from timers.firing import (
@@ -568,6 +568,8 @@ def test_a_claim_that_times_out_sends_nothing_and_gives_its_members_back(
     rig.clock.now = T0 + 1_000
     first, *_ = rig.run(claims=FlakyClaims(rig.claims, claim=[how] * CLAIM_ATTEMPTS))
     assert first.handed_back >= 1 and rig.sqs.sent == [] and len(rig.members()) == 1
+    assert rig.run() == []  # a claim error is tried again a second later, not in a tight loop
+    rig.clock.advance(CLAIM_RETRY_MS)
     if how == "applied":  # the entry is the dead run's until it lapses: late, not twice
         rig.clock.advance(LAPSE_MS)
     rig.run_until_idle()

@@ -40,6 +40,10 @@ CLAIM_ATTEMPTS = 3
 """Tries of one claim write (each up to the DynamoDB client's timeout) before its members are
 given back."""
 
+CLAIM_RETRY_MS = 1_000
+"""A chunk whose claim writes kept failing is leasable again this much later: an error that
+persists costs a write a second, not a tight loop."""
+
 ITEM_WORKERS = 8
 """Claim items written in parallel (the chunks of one item go in turn: writes to one item
 serialize anyway, and a conditional write that fails costs the item's size)."""
@@ -160,7 +164,9 @@ class Claimer:
                     log.warning("claim failed; retrying", exc_info=True)
                     continue
                 log.warning("claim failed; members given back", exc_info=True)
-        return Claimed(held={j.member: j.member.due for j in jobs}, given_back=len(jobs))
+        later = self.now() + CLAIM_RETRY_MS
+        return Claimed(held={j.member: max(j.member.due, later) for j in jobs},
+                       given_back=len(jobs))  # fmt: skip
 
     def _mine(self, job: Job) -> Entry:
         assert job.decided is not None
