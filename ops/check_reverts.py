@@ -2,10 +2,10 @@
 
 ``python -m ops.check_reverts [--examples N] [PATCH ...]`` (``make reverts``): for each patch in
 ``tests/stateful/reverts/`` (or those named), export the committed code (``git archive HEAD``)
-to a temporary directory, apply the patch there, run the stateful test on that copy (its own code first on
-the import path; Hypothesis does not shrink, so a failure ends the run at once) and report
-whether the test caught the defect - with the assertion that failed - or missed it. Exits
-non-zero if any defect went unnoticed. The checkout itself is never touched.
+to a temporary directory, apply the patch there, run the stateful test on that copy (its own
+code first on the import path; Hypothesis does not shrink, so a failure ends the run at once)
+and report whether the test caught the defect - with the assertion that failed - or missed
+it. Exits non-zero if any defect went unnoticed. The checkout itself is never touched.
 """
 
 from __future__ import annotations
