@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 REVERTS = ROOT / "tests" / "stateful" / "reverts"
 TEST = "tests/stateful/test_fire_path_machine.py"
+LOGS = ROOT / "bench" / "results" / "logs" / "reverts"  # each caught run's output (ignored)
 
 
 TIMEOUT_S = 20 * 60  # a run that neither fails nor passes by then missed the defect too
@@ -59,8 +60,10 @@ def check(patch: Path, examples: int) -> tuple[bool, str, float]:
         elapsed = time.monotonic() - started
     if run.returncode == 0:
         return False, f"the stateful test passed {examples} examples", elapsed
+    LOGS.mkdir(parents=True, exist_ok=True)
+    (LOGS / f"{patch.stem}.log").write_text(run.stdout + run.stderr)
     found = re.search(r"^E\s+(\w+(?:Error|Exception|Runaway|Kill)\b.*)$", run.stdout, re.M)
-    return True, (found.group(1)[:160] if found else run.stdout[-300:]), elapsed
+    return True, (found.group(1)[:200] if found else f"see {LOGS}/{patch.stem}.log"), elapsed
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -313,13 +313,16 @@ class FirePathMachine(RuleBasedStateMachine):
             self.world.trigger(bucket, remaining_ms, hook)
 
     @rule(step=steps, timer=timers, claimed=st.booleans(), action=st.sampled_from(["name",
-          "max_fires", "schedule", "pause", "resume", "delete", "flush", "end_at", "stall"]),
-          which=schedules, then_die=st.none() | steps, remaining_ms=remaining)  # fmt: skip
-    def change_during_a_run(self, step: str, timer: str, claimed: bool, action: str, which: int,
-                            then_die: str | None, remaining_ms: int) -> None:  # fmt: skip
-        """A change lands while a run is at ``step`` - on the timer it just claimed, or on any -
-        or Redis fails over, or the run stalls (a slow call: it may then run short of time and
-        hand its work back); the run may then die."""
+          "max_fires", "schedule", "pause", "resume", "delete", "end_at", "flush", "none"]),
+          which=schedules, stall=st.booleans(), then_die=st.none() | steps,
+          remaining_ms=remaining)  # fmt: skip
+    def change_during_a_run(
+        self, step: str, timer: str, claimed: bool, action: str, which: int, stall: bool,
+        then_die: str | None, remaining_ms: int,
+    ) -> None:  # fmt: skip
+        """While a run is at ``step``, a change lands - on the timer it just claimed, or on any
+        - or Redis fails over; the run may then stall (a slow call: it runs short of time and
+        hands its work back) and may die, there or at a later step."""
         done: list[str] = []
 
         def hook(current: str) -> None:
@@ -328,15 +331,15 @@ class FirePathMachine(RuleBasedStateMachine):
                 target = (self.world.last_claimed if claimed else None) or timer
                 if action == "flush":
                     self.world.redis.flushall()
-                elif action == "stall":
-                    self.world.clock.advance(9_000)
-                elif self.model.timers[target].deleted_at is not None:
+                elif action == "none" or self.model.timers[target].deleted_at is not None:
                     pass
                 elif action in ("pause", "resume", "delete"):
                     self._act(target, action)
                 else:
                     self._patch(target, self._patches(target, action, which))
-            elif done and current == then_die:
+                if stall:
+                    self.world.clock.advance(9_000)
+            if done and current == then_die:
                 raise Kill(current)
 
         for bucket in self.world.due_buckets():

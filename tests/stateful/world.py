@@ -287,6 +287,8 @@ class World:
         self.redis: redis.Redis = self.api.runtime.redis
         self.index = RedisIndex(self.redis, SETTINGS.bucket_count)
         service.index = self.index
+        self.markers: dict[str, int] = {}  # run marker key -> when it expires, on our clock
+        self._expire_markers_on_our_clock()
         self.sink = SinkSqs(self.clock, self.model.sends)
         self.migrator = migrator_deps(
             SETTINGS, self.redis, service.timers, self.claims, service.wakeups,
@@ -415,6 +417,34 @@ class World:
                     if expires is not None and int(expires["N"]) <= now_s:
                         client.delete_item(TableName=table, Key={k: item[k] for k in keys})
 
+    def _expire_markers_on_our_clock(self) -> None:
+        """Redis expires keys on its own clock, which does not jump with ours: a dead run's
+        marker (set to outlive its deadline) would block its bucket for good. Markers expire
+        here on the injected clock instead, as they do in real time in a deployment."""
+        index, markers, clock = self.index, self.markers, self.clock
+        start_run, touch_run = index.start_run, index.touch_run
+
+        def started(bucket: int, slot: int, token: str, ttl_ms: int) -> bool:
+            ok = start_run(bucket, slot, token, ttl_ms)
+            if ok:
+                markers[index.run_key(bucket, slot)] = clock() + ttl_ms
+            return ok
+
+        def touched(bucket: int, slot: int, token: str, ttl_ms: int) -> bool:
+            ok = touch_run(bucket, slot, token, ttl_ms)
+            if ok:
+                markers[index.run_key(bucket, slot)] = clock() + ttl_ms
+            return ok
+
+        index.start_run = started  # type: ignore[method-assign]
+        index.touch_run = touched  # type: ignore[method-assign]
+
+    def expire_markers(self) -> None:
+        for key, until in list(self.markers.items()):
+            if until <= self.clock():
+                self.redis.delete(key)
+                del self.markers[key]
+
     @property
     def last_claimed(self) -> str | None:
         """The timer of the latest fresh claim."""
@@ -431,6 +461,7 @@ class World:
             if self.clock() >= self.next_migration:
                 self.migrate()
                 self.next_migration = self.clock() // 60_000 * 60_000 + 60_000
+            self.expire_markers()
             self.poll()
             self.run_invoked(remaining_ms)
             upcoming = self.redis.zrange("tq:{hints}", 0, 0, withscores=True)

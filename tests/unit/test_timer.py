@@ -87,20 +87,22 @@ def test_patch_of_name_keeps_the_cursor() -> None:
     assert t.patch(timer, {"name": "x"}, T0 + 30_000).next_fire_ms == timer.next_fire_ms
 
 
-def test_new_bounds_continue_from_the_cursor_not_from_now() -> None:
-    """The change sees the timer settled (an owed fire counted): its cursor is the next
-    unclaimed position. New bounds keep it - even when it is overdue (the misfire policy decides
-    what an outage fires) or when now is past it (its fire is about to be claimed)."""
-    settled = replace(
-        every_minute(), next_fire_ms=T0 + 3 * MIN, fire_count=2, last_fire_pos=T0 + 2 * MIN
+def test_new_bounds_restart_from_now_and_never_before_a_claimed_fire() -> None:
+    """The change sees the timer settled (an owed fire counted): new bounds take the next
+    occurrence from now on - but never one at or before the last claimed position, even when
+    that claim lies ahead of now (claimed ~250 ms early, on its way)."""
+    owed = replace(every_minute(), next_fire_ms=T0 + 4 * MIN, fire_count=3,
+                   last_fire_pos=T0 + 3 * MIN)  # fmt: skip  # the 3 min fire is on its way
+    patched = t.patch(owed, {"max_fires": 10}, T0 + 3 * MIN - 200)
+    assert (patched.next_fire_ms, patched.status) == (T0 + 4 * MIN, "active")
+    assert t.patch(owed, {"max_fires": 3}, T0 + 3 * MIN - 200).status == "completed"
+    behind = replace(every_minute(), next_fire_ms=T0 + MIN, fire_count=0)  # overdue, unfired
+    assert t.patch(behind, {"end_ms": T0 + 60 * MIN}, T0 + 10 * MIN + 1).next_fire_ms == (
+        T0 + 11 * MIN
     )
-    for now in (T0 + 3 * MIN - 100, T0 + 3 * MIN + 50, T0 + 60 * MIN):
-        patched = t.patch(settled, {"max_fires": 10}, now)
-        assert (patched.next_fire_ms, patched.status) == (T0 + 3 * MIN, "active")
-    assert t.patch(settled, {"max_fires": 2}, T0).status == "completed"
-    assert t.patch(settled, {"end_ms": T0 + 3 * MIN - 1}, T0).status == "completed"
-    later_start = t.patch(settled, {"start_ms": T0 + 10 * MIN + 30_000}, T0)
-    assert later_start.next_fire_ms == T0 + 10 * MIN + 30_000  # the series restarts at start
+    earlier = t.patch(every_minute(), {"start_ms": T0 - 30_000}, T0 + 1_000)
+    assert earlier.next_fire_ms == T0 + 30_000  # the new series' next, before the old cursor
+    assert t.patch(owed, {"end_ms": T0 + 3 * MIN + 1}, T0).status == "completed"
 
 
 def test_a_completed_timer_given_more_fires_continues_from_now() -> None:

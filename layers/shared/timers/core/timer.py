@@ -21,6 +21,7 @@ from timers.core.schedule import (
     Schedule,
     catch_up,
     first_fire,
+    is_recurring,
     next_fire,
     schedule_from_dict,
     schedule_to_dict,
@@ -180,18 +181,18 @@ def patch(timer: Timer, changes: dict[str, Any], now_ms: int) -> Timer:
     _check_plan(updated.plan, now_ms, schedule_changed)
     if schedule_changed:
         upcoming = first_fire(updated.plan)
-    else:  # new bounds continue from the cursor, not from now
+    elif not is_recurring(updated.schedule):  # an unfired one-shot keeps its fire, however late
+        upcoming = first_fire(updated.plan) if timer.next_fire_ms is not None else None
+    else:
         upcoming = next_fire(updated.plan, _decided_until(timer, now_ms))
     return _settle(updated, upcoming)
 
 
 def _decided_until(timer: Timer, now_ms: int) -> int:
-    """Every occurrence up to this instant is already decided: those before the cursor (the
-    next unclaimed position: ``timer`` is settled, its owed fire counted), or - with nothing
-    left, as for a fired one-shot - everything until now and the last fire (a completed timer
-    does not catch up on the time it spent completed)."""
-    if timer.next_fire_ms is not None:
-        return timer.next_fire_ms - 1
+    """Occurrences up to this instant are decided: the past (new bounds restart the series
+    from now, as a scheduler's update does) and every position the timer already claimed -
+    ``timer`` is settled, its owed fire counted - so a fire on its way is never repeated nor
+    skipped past."""
     last = timer.last_fire_pos
     return now_ms - 1 if last is None else max(now_ms - 1, last)
 
