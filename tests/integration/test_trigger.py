@@ -47,7 +47,7 @@ from tests.support.clock import T0, FakeClock
 from timers.adapters import tenants
 from timers.adapters.claims import ClaimStore
 from timers.adapters.redis_index import RedisIndex
-from timers.adapters.timers_table import PAYLOAD_SUFFIX, PayloadItem, TimerItem
+from timers.adapters.timers_table import PAYLOAD_SUFFIX, MissingPayload, PayloadItem, TimerItem
 from timers.claiming import CLAIM_ATTEMPTS, CLAIM_RETRY_MS
 from timers.core.chain import CHECKPOINT_EVERY, LAPSE_MARGIN_MS, Entry, Member, entry_ref
 from timers.core.times import format_ms, parse_ms
@@ -62,7 +62,8 @@ from timers.firing import (
     TriggerReport,
     run_trigger,
 )
-from timers.runtime import DAY_MS
+from timers.migrate import run_migrator
+from timers.runtime import DAY_MS, migrator_deps
 from timers.sending import SEND_ATTEMPTS
 
 pytestmark = pytest.mark.integration
@@ -178,6 +179,10 @@ class Rig:
 
     def stored(self, timer_id: str, tenant: str = "acme") -> Any:
         return self.api.runtime.service.timers.get(tenant, timer_id)
+
+    @property
+    def stored_store(self) -> Any:
+        return self.api.runtime.service.timers
 
     def stored_item_expiry(self, timer_id: str, tenant: str = "acme") -> Any:
         return TimerItem.get(tenant, timer_id).expires_at
@@ -663,6 +668,97 @@ def test_a_change_after_the_claim_lets_that_fire_go_and_stops_the_rest(rig: Rig,
     assert set(rig.per_fire().values()) == {1}
     if how != "schedule":
         assert fired == [T0 + 1_000]
+
+
+@pytest.mark.parametrize("change_how", ["name", "max_fires", "pause"])
+@pytest.mark.parametrize("then", ["hands_back", "dies", "dies_and_redis_is_flushed"])
+def test_a_fire_claimed_before_a_change_is_sent_and_counted_whatever_its_run_does(
+    rig: Rig, change_how: str, then: str
+) -> None:
+    """Issue 16, defect 3: the change meets a claimed, unsent fire. It adopts the claim instead
+    of counting the fire as sent: the fire still goes - once - when its run gives it back, dies,
+    or dies and Redis loses its member - and GET counts exactly what was sent."""
+    timer = rig.api.create(schedule={"type": "every", "seconds": 1}, max_fires=4)
+    path = f"/v1/timers/{timer['id']}"
+    until_armed(rig, T0 + 1_000)
+    changed: list[str] = []
+
+    def hook(step: str) -> None:
+        if step != "claimed" or changed:
+            return
+        changed.append(step)
+        reply = {
+            "name": lambda: rig.api.call("PATCH", path, body={"name": "renamed"}),
+            "max_fires": lambda: rig.api.call("PATCH", path, body={"max_fires": 3}),
+            "pause": lambda: rig.api.call("POST", f"{path}/pause"),
+        }[change_how]()
+        assert reply.status == 200, reply.body
+        if then == "hands_back":  # a slow call: too little time left to send
+            rig.clock.advance(REMAINING_MS - 5_000)
+        else:
+            raise Kill(step)
+
+    if then == "hands_back":
+        rig.run(hooks=hook)
+    else:
+        with pytest.raises(Kill):
+            rig.run(hooks=hook)
+        rig.clock.advance(LAPSE_MS)  # the dead run's claim lapses
+        if then == "dies_and_redis_is_flushed":
+            rig.api.runtime.redis.flushall()
+            migrator = migrator_deps(SETTINGS, rig.api.runtime.redis, rig.stored_store,
+                                     rig.claims, rig.api.runtime.service.wakeups,
+                                     index=rig.index)  # fmt: skip
+            run_migrator(migrator, rig.clock())
+    for _ in range(6):
+        rig.run_until_idle()
+        rig.clock.advance(1_000)
+    sent = rig.per_fire()
+    assert sent[f"{timer['id']}:{T0 + 1_000}"] == 1  # the owed fire, once
+    shown = rig.timer(timer["id"])
+    assert shown["fire_count"] == len(sent)
+    assert {f["fire_id"] for f in rig.fires(timer["id"])} == set(sent)
+    expected = {"name": 4, "max_fires": 3, "pause": 1}[change_how]
+    assert len(sent) == expected  # and the new revision continued after it (or paused)
+    assert max(sent.values()) == 1
+
+
+def test_more_fires_granted_while_the_last_is_on_its_way_continue_after_it(rig: Rig) -> None:
+    """Issue 16, defect 4: max_fires 1 -> 3 while the first (and so far last) fire is claimed:
+    the timer goes on after it, from it - not completed, not from now."""
+    timer = rig.api.create(schedule={"type": "every", "seconds": 1}, max_fires=1)
+    until_armed(rig, T0 + 1_000)
+    changed: list[str] = []
+
+    def hook(step: str) -> None:
+        if step == "claimed" and not changed:
+            changed.append(step)
+            reply = rig.api.call("PATCH", f"/v1/timers/{timer['id']}", body={"max_fires": 3})
+            assert reply.status == 200 and reply.body["status"] == "active", reply.body
+
+    rig.run(hooks=hook)
+    for _ in range(4):
+        rig.clock.advance(1_000)
+        rig.run_until_idle()
+    assert sorted(s.scheduled for s in rig.sqs.sent) == [T0 + 1_000, T0 + 2_000, T0 + 3_000]
+    shown = rig.timer(timer["id"])
+    assert (shown["fire_count"], shown["status"]) == (3, "completed")
+
+
+def test_a_timer_whose_payload_item_is_gone_is_never_sent_with_a_made_up_payload(
+    rig: Rig,
+) -> None:
+    """Issue 16, defect 5: a missing payload item used to become ``null``. Batch creates now
+    write payload items before their timers; if one is gone anyway, nothing is sent."""
+    timer = rig.api.create(schedule=after(1), payload={"big": "x" * 2_000})
+    PayloadItem("acme", timer["id"] + PAYLOAD_SUFFIX).delete()
+    rig.api.runtime.redis.flushall()  # the card (with its payload) is gone from Redis too
+    rig.clock.now = T0 + 1_000
+    migrator = migrator_deps(SETTINGS, rig.api.runtime.redis, rig.stored_store, rig.claims,
+                             rig.api.runtime.service.wakeups, index=rig.index)  # fmt: skip
+    with pytest.raises(MissingPayload):
+        run_migrator(migrator, rig.clock())
+    assert rig.sqs.sent == []
 
 
 def test_a_member_of_an_older_revision_is_dropped(rig: Rig) -> None:
