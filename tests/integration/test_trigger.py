@@ -723,6 +723,49 @@ def test_a_fire_claimed_before_a_change_is_sent_and_counted_whatever_its_run_doe
     assert max(sent.values()) == 1
 
 
+def test_a_takeover_sends_what_the_claim_decided_not_what_it_would_decide_now(rig: Rig) -> None:
+    """A dead run claimed 10:00:01 on time; when its claim is taken over a minute and a half
+    later, the timer is far behind and fire_once would now fire the latest occurrence instead
+    - but the claim stands: the takeover sends 10:00:01 (the stateful test found the takeover
+    sending its own decision: another fire id, and a duplicate of a later one)."""
+    timer = rig.api.create(schedule={"type": "every", "seconds": 1})  # fire_once
+    until_armed(rig, T0 + 1_000)
+    with pytest.raises(Kill):
+        rig.run(hooks=kill_at("claimed"))
+    rig.clock.now = T0 + 90_000
+    rig.run_until_idle()
+    sent = rig.per_fire()
+    assert f"{timer['id']}:{T0 + 1_000}" in sent and max(sent.values()) == 1
+    assert rig.timer(timer["id"])["fire_count"] == len(sent)
+
+
+def test_two_members_of_one_position_in_one_run_send_it_once(rig: Rig) -> None:
+    """A member back from a dead run's lease and the one the migrator put back meanwhile name
+    the same position; leased in turn by one run, the second finds the claim is the run's own
+    - and must not send it again."""
+    timer = rig.api.create(schedule=after(1))
+    (first,) = rig.members()
+    other = Member(first.tenant, first.timer_id, first.due, first.rev, first.n, T0 - 5)
+    rig.api.runtime.redis.zadd("tq:{b0}:due", {str(other): first.due})
+    until_armed(rig, T0 + 1_000)  # both leased (one per lease) and claimed before the send
+    rig.run_until_idle(lease_limit=1)
+    assert rig.per_fire() == Counter({f"{timer['id']}:{T0 + 1_000}": 1})
+    assert rig.members() == set()
+
+
+def test_a_one_shot_paused_past_the_retention_fires_when_resumed(rig: Rig) -> None:
+    """Its expiry is counted from its fire - now, when that is past - not from its old due time
+    (which would hide it at once). Found by the stateful test."""
+    timer = rig.api.create(schedule=after(1))
+    rig.api.call("POST", f"/v1/timers/{timer['id']}/pause")
+    rig.clock.advance((SETTINGS.fire_retention_days + 2) * DAY_MS)
+    resumed = rig.api.call("POST", f"/v1/timers/{timer['id']}/resume")
+    assert resumed.status == 200 and resumed.body["status"] == "active"
+    rig.run_until_idle()
+    assert len(rig.sqs.sent) == 1
+    assert rig.timer(timer["id"])["status"] == "completed"
+
+
 def test_more_fires_granted_while_the_last_is_on_its_way_continue_after_it(rig: Rig) -> None:
     """Issue 16, defect 4: max_fires 1 -> 3 while the first (and so far last) fire is claimed:
     the timer goes on after it, from it - not completed, not from now."""

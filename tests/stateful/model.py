@@ -33,6 +33,10 @@ from timers.firing import ARM_MS
 
 CLAIM_EDGE_MS = 1
 """A claim and a change in the same millisecond of the injected clock may be in either order."""
+RECOVERY_MS = 35_000
+"""How long into a settle a run killed before it may still hold a position: its leases and
+claims lapse ~3 s after its deadline (runs get 30 s). Until then a misfire policy other than
+fire_all may rightly collapse what the timer missed."""
 
 
 @dataclass
@@ -155,7 +159,7 @@ class Model:
             sent = sent_by_timer[timer.id]
             start = r.since + ARM_MS + CLAIM_EDGE_MS
             if r.misfire != "fire_all" and is_recurring(r.plan.schedule):
-                start = max(start, settled_from + ARM_MS)
+                start = max(start, settled_from + RECOVERY_MS)
             due = r.occurrences(start, horizon)
             if not is_recurring(r.plan.schedule):
                 due = [d for d in (first_fire(r.plan),) if d is not None and d <= horizon]

@@ -228,15 +228,31 @@ def spy_on_claims(
             claimed.setdefault(f"{timer_id}:{entry.fired or due}", clock())
             last[0] = timer_id
 
+    def applied(key: str, names: Any, entries: Any) -> None:
+        """A write that failed may have been applied (a timeout after DynamoDB took it)."""
+        for name in names:
+            stored = claims.read_one((key, name))
+            if stored is not None and stored == entries[name]:
+                note(key, name, stored)
+
     def spied_claim(key: str, entries: Any) -> bool:
-        ok = claim(key, entries)
+        try:
+            ok = claim(key, entries)
+        except BaseException:
+            applied(key, entries, entries)
+            raise
         if ok:
             for name, entry in entries.items():
                 note(key, name, entry)
         return ok
 
     def spied_take_over(key: str, name: str, entry: Entry, old: Entry) -> bool:
-        ok = take_over(key, name, entry, old)
+        try:
+            ok = take_over(key, name, entry, old)
+        except BaseException:
+            if old.state == "t":
+                applied(key, [name], {name: entry})
+            raise
         if ok and old.state == "t":
             note(key, name, entry)
         return ok

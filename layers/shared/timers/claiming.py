@@ -78,9 +78,9 @@ class Job:
     @property
     def fire_ms(self) -> int:
         """The occurrence this position fires: its own, or the one a misfire decision chose."""
-        fired = self.entry.fired if self.entry is not None else None
-        if fired is None and self.decided is not None:
-            fired = self.decided.fire_ms
+        if self.entry is not None:  # the claim's decision, whoever made it (a takeover keeps it)
+            return self.entry.fired if self.entry.fired is not None else self.member.due
+        fired = self.decided.fire_ms if self.decided is not None else None
         return fired if fired is not None else self.member.due
 
     @property

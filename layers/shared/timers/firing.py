@@ -448,13 +448,32 @@ class Run:
             self.report.stale += len(claimed.stale)
             self._forget(claimed.stale)
         self._hook("claimed")
-        firing = [j for j in claimed.ours if j.entry is not None and j.entry.state == "p"]
+        firing = self._one_per_position(
+            [j for j in claimed.ours if j.entry is not None and j.entry.state == "p"]
+        )
         for job in firing:
             job.delivery = Delivery(job.timer, job.fire_ms, ref=job.ref)
         self.pending = sorted(self.pending + firing, key=lambda j: j.send_at)
         # skipped and already-fired positions need no send: finish them now
         self._finish([j for j in claimed.ours if j.entry is not None and j.entry.finished])
         return _earliest(leased.next_due, self.next_due)
+
+    def _one_per_position(self, claimed: list[Job]) -> list[Job]:
+        """Two members of one position (an old revision's, back from a dead run's lease, and
+        the one the migrator put back) must not both send it: the second waits, and comes back
+        to find the fire recorded (then only acknowledged, and chained if it is the head)."""
+        held = {job.root for job in self.pending}
+        firing, again = [], {}
+        for job in claimed:
+            if job.root in held:
+                again[job.member] = self.sync.now() + ARM_MS + 1
+            else:
+                held.add(job.root)
+                firing.append(job)
+        if again:
+            self.report.held += len(again)
+            self._release(again)
+        return firing
 
     def _triage(self, leased: Leased) -> list[Job]:
         """Pair each member with its timer (Redis' card, else one consistent read): a member of

@@ -448,15 +448,17 @@ class TimerService:
         return member is not None and member.due <= self.clock() + self.lookahead_ms
 
     def _with_expiry(self, timer: Timer, now: int, later: Timer | None = None) -> Timer:
-        """When the timer is deleted: a one-shot ``retention`` after it is due (set ahead, so
-        firing it writes nothing; ``later``: the re-armed one-shot that follows an owed fire);
-        a timer completed by a change ``retention`` from now."""
+        """When the timer is deleted: a one-shot ``retention`` after it fires - its due time, or
+        now if that has passed (set ahead, so firing it writes nothing; ``later``: the
+        re-armed one-shot that follows an owed fire); a timer completed by a change
+        ``retention`` from now."""
         if timer.status == "completed":
             return replace(timer, expires_ms=now + self.retention_ms)
         dues = [t.next_fire_ms for t in (timer, later) if t is not None and t.status == "active"]
         due = max((d for d in dues if d is not None), default=None)
         if timer.status == "active" and due is not None and not is_recurring(timer.schedule):
-            return replace(timer, expires_ms=due + self.retention_ms)
+            # from its fire, which is now at the earliest (a one-shot resumed after a long pause)
+            return replace(timer, expires_ms=max(due, now) + self.retention_ms)
         return replace(timer, expires_ms=None)
 
 
