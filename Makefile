@@ -52,13 +52,16 @@ test: venv
 reverts: venv
 	$(BIN)/python -m ops.check_reverts $(if $(EXAMPLES),--examples $(EXAMPLES))
 
-# Engine (Redis path vs the naive design), cost per fire (counted units x list prices), fire
-# lag and webhook lag on the local stack; each merges its section into bench/results/latest.json.
+# Engine (Redis path vs the naive design) and the hot second, cost per fire (counted units x
+# list prices), fire lag and webhook lag on the local stack, and issue 16's flush scenario; each
+# merges its section into bench/results/latest.json.
 bench: venv
 	QUICK=$(QUICK) $(BIN)/python -m bench.engine
+	QUICK=$(QUICK) $(BIN)/python -m bench.hot_second
 	QUICK=$(QUICK) $(BIN)/python -m bench.cost
 	QUICK=$(QUICK) $(BIN)/python -m bench.e2e
 	QUICK=$(QUICK) $(BIN)/python -m bench.webhooks
+	QUICK=$(QUICK) $(BIN)/python -m bench.flush
 	@$(BIN)/python -m bench.report
 
 lint: venv

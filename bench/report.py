@@ -74,6 +74,16 @@ def rows(now: dict[str, Any], before: dict[str, Any]) -> list[tuple[str, str, st
         rates = f"{g['fires_per_s']:,} vs {g['baseline_fires_per_s']:,} ({g['ratio']}x)"
         out.append(("Redis lease -> finish vs one zset + one lock, fires/s (4 workers)", rates,
                     "-"))  # fmt: skip
+        if h := g.get("hot_second"):
+            out.append((f"hot second: {h['timers']:,} one-shots of one tenant due together, "
+                        "real trigger on moto", f"drained in {h['drain_seconds']} s of work, "
+                        f"{h['missing']} missing, {h['duplicated']} dup, {h['left_in_redis']} "
+                        f"stuck; {h['claim_items']:,} claim items of <= {h['claim_cap']} entries",
+                        "every claim failed past ~5,000 positions a partition-second"))  # fmt: skip
+    if f := now.get("flush"):
+        out.append(("FLUSHALL after swept work (issue 16's scenario), rounds of 250 + 15",
+                    f"{len(f['rounds'])} rounds: {f['lost']} lost, {f['duplicates']} dup, "
+                    f"{f['early']} early", "2 of 15 lost"))  # fmt: skip
     return out
 
 

@@ -5,8 +5,9 @@ the fan-out and the trigger, on a real redis-server and moto, one injected clock
 random interleavings of: single and batch creates (some dying between their writes), PATCH of
 every field, pause, resume, delete; migrator, fan-out and trigger runs that die at any step
 (after the lease, the claim, the send, the record...) or run out of time; changes made in the
-middle of a run; Redis FLUSHALL at any point; DynamoDB timeouts before and after a write is
-applied, throttling, kills inside any call; host clocks off and stepping; retention expiry.
+middle of a run; Redis FLUSHALL at any point, and Redis commands failing; DynamoDB timeouts
+before and after a write is applied, throttling, kills inside any call; host clocks off and
+stepping; retention expiry.
 
 After every step the reference model (``tests/stateful/model.py``) checks each callback sent:
 never early, an occurrence of a revision current when it was claimed, with a current payload,
@@ -319,20 +320,21 @@ class FirePathMachine(RuleBasedStateMachine):
             if current == step:
                 raise Kill(step)
 
-        for bucket in self.world.due_buckets():
+        for bucket in self.world.buckets_with_work():
             self.world.trigger(bucket, remaining_ms, hook)
 
     @rule(step=race_steps, timer=timers, claimed=st.booleans(), action=st.sampled_from(["name",
-          "max_fires", "schedule", "pause", "resume", "delete", "end_at", "flush", "none"]),
-          which=schedules, stall=st.booleans(), then_die=st.none() | steps,
+          "max_fires", "schedule", "pause", "resume", "delete", "end_at", "start_at", "flush",
+          "none"]),
+          which=schedules, stall=st.sampled_from([0, 9_000, 15_000]), then_die=st.none() | steps,
           remaining_ms=remaining)  # fmt: skip
     def change_during_a_run(
-        self, step: str, timer: str, claimed: bool, action: str, which: int, stall: bool,
+        self, step: str, timer: str, claimed: bool, action: str, which: int, stall: int,
         then_die: str | None, remaining_ms: int,
     ) -> None:  # fmt: skip
         """While a run is at ``step``, a change lands - on the timer it just claimed, or on any
-        - or Redis fails over; the run may then stall (a slow call: it runs short of time and
-        hands its work back) and may die, there or at a later step."""
+        - or Redis fails over; the run may then stall (a slow call: it sends late, or runs
+        short of time and hands its work back) and may die, there or at a later step."""
         done: list[str] = []
 
         def hook(current: str) -> None:
@@ -340,25 +342,30 @@ class FirePathMachine(RuleBasedStateMachine):
                 done.append(current)
                 target = (self.world.last_claimed if claimed else None) or timer
                 if action == "flush":
-                    self.world.redis.flushall()
+                    self.world.flushall()
                 elif action == "none" or self.model.timers[target].deleted_at is not None:
                     pass
                 elif action in ("pause", "resume", "delete"):
                     self._act(target, action)
                 else:
                     self._patch(target, self._patches(target, action, which))
-                if stall:
-                    self.world.clock.advance(9_000)
+                self.world.clock.advance(stall)
             if done and current == then_die:
                 raise Kill(current)
 
-        for bucket in self.world.due_buckets():
+        for bucket in self.world.buckets_with_work():
             self.world.trigger(bucket, remaining_ms, hook)
 
     @rule()
     def flushall(self) -> None:
         """A failover to an empty replica."""
-        self.world.redis.flushall()
+        self.world.flushall()
+
+    @rule(commands=st.sampled_from([1, 3, 40]))
+    def redis_outage(self, commands: int) -> None:
+        """The next ``commands`` Redis commands of anyone fail (an api's fast path, a lease, a
+        poll...): what they would have written lives only in DynamoDB."""
+        self.world.outage.failing = commands
 
     @rule(operation=writes, kind=fault_kinds, skip=st.integers(0, 3))
     def dynamodb_fault(self, operation: str, kind: str, skip: int) -> None:

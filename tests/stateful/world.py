@@ -9,6 +9,7 @@ trigger cores wired as in Lambda. Around them, only observation and faults:
 - one-shot faults on DynamoDB calls (any client: boto3's and pynamodb's both go through
   botocore's ``_make_api_call``): a kill (the process dies there), a timeout before the call
   reached DynamoDB, or one after DynamoDB applied it;
+- Redis outages: the next N commands (of anyone) fail as a failover's dropped connections do;
 - a small item-size limit for claim items in moto, as DynamoDB's 400 KB is for real ones.
 """
 
@@ -88,10 +89,14 @@ class Fault:
         return self.operation in ("*", operation)
 
 
+class InjectedRedisError(redis.ConnectionError):
+    """A Redis command lost to an outage."""
+
+
 def injected(exc: BaseException | None) -> bool:
     """Whether an exception (or what caused it) is one the test injected."""
     while exc is not None:
-        if isinstance(exc, Kill | InjectedTimeout):
+        if isinstance(exc, Kill | InjectedTimeout | InjectedRedisError):
             return True
         if isinstance(exc, ClientError) and "injected" in str(exc):
             return True
@@ -145,6 +150,55 @@ class Faults:
             yield
         finally:
             botocore.client.BaseClient._make_api_call = original  # type: ignore[method-assign]
+
+
+class RedisOutage:
+    """While ``failing`` is above zero, each Redis command or pipeline (of any client) fails
+    and counts it down: a failover's dropped connections, which the code sees whatever its
+    client's retries (a pipeline fails whole, as a dropped connection fails it)."""
+
+    def __init__(self) -> None:
+        self.failing = 0
+        self._spared = False
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def spared(self) -> Iterator[None]:
+        """The test's own Redis calls (looking, flushing) go through."""
+        self._spared = True
+        try:
+            yield
+        finally:
+            self._spared = False
+
+    def _fail(self) -> None:
+        with self._lock:
+            if self.failing <= 0 or self._spared:
+                return
+            self.failing -= 1
+        raise InjectedRedisError("injected: Redis is failing over")
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        outage = self
+        command, execute = redis.Redis.execute_command, redis.client.Pipeline.execute
+
+        def failing_command(client: Any, *args: Any, **options: Any) -> Any:
+            outage._fail()
+            return command(client, *args, **options)
+
+        def failing_execute(pipe: Any, *args: Any, **kw: Any) -> Any:
+            if pipe.command_stack:
+                outage._fail()
+            return execute(pipe, *args, **kw)
+
+        redis.Redis.execute_command = failing_command  # type: ignore[method-assign]
+        redis.client.Pipeline.execute = failing_execute  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            redis.Redis.execute_command = command  # type: ignore[method-assign]
+            redis.client.Pipeline.execute = execute  # type: ignore[method-assign]
 
 
 @contextmanager
@@ -276,6 +330,7 @@ class World:
         self.clock = FakeClock()
         self.model = Model()
         self.faults = Faults()
+        self.outage = RedisOutage()
         self.host_offset_ms = 0
         self.invoked: list[dict[str, Any]] = []
         self.runs = 0
@@ -291,6 +346,7 @@ class World:
         for name in ("acme", "globex"):  # the test reads a lot in one millisecond
             tenants.set_rate_limit(name, 1_000_000)
         stack.enter_context(self.faults.installed())
+        stack.enter_context(self.outage.installed())
         stack.enter_context(small_claim_items())
         service = self.api.runtime.service
         # A small deployment: two due-index and wakeup shards, so one-shots share a shard's
@@ -381,8 +437,23 @@ class World:
 
     def due_buckets(self) -> list[int]:
         now = self.clock()
-        backlog = self.index.backlog(range(self.index.bucket_count), now + LEAD_MS, now)
+        with self.outage.spared():
+            backlog = self.index.backlog(range(self.index.bucket_count), now + LEAD_MS, now)
         return sorted(b for b, count in backlog.items() if count)
+
+    def buckets_with_work(self) -> list[int]:
+        """The buckets with due work; if none has any, the clock first jumps to where the next
+        member comes due (nothing runs in between), so that a run has something to claim."""
+        if not (buckets := self.due_buckets()):
+            with self.outage.spared():
+                pipe = self.redis.pipeline(transaction=False)
+                for bucket in range(self.index.bucket_count):
+                    pipe.zrange(self.index.keys(bucket).due, 0, 0, withscores=True)
+                firsts = [int(score) for answer in pipe.execute() for _, score in answer]
+            if firsts:
+                self.clock.now = max(self.clock(), min(firsts) - LEAD_MS)
+                buckets = self.due_buckets()
+        return buckets
 
     def migrate(self) -> BaseException | None:
         try:
@@ -394,7 +465,11 @@ class World:
         return None
 
     def poll(self) -> None:
-        self.fanout.act()
+        try:
+            self.fanout.act()
+        except BaseException as exc:  # this poll is lost; the fan-out's next one goes on
+            if not injected(exc):
+                raise
 
     def run_invoked(self, remaining_ms: int = 30_000) -> None:
         while self.invoked:
@@ -458,8 +533,14 @@ class World:
     def expire_markers(self) -> None:
         for key, until in list(self.markers.items()):
             if until <= self.clock():
-                self.redis.delete(key)
+                with self.outage.spared():
+                    self.redis.delete(key)
                 del self.markers[key]
+
+    def flushall(self) -> None:
+        """A failover to an empty replica."""
+        with self.outage.spared():
+            self.redis.flushall()
 
     @property
     def last_claimed(self) -> str | None:
@@ -480,7 +561,8 @@ class World:
             self.expire_markers()
             self.poll()
             self.run_invoked(remaining_ms)
-            upcoming = self.redis.zrange("tq:{hints}", 0, 0, withscores=True)
+            with self.outage.spared():
+                upcoming = self.redis.zrange("tq:{hints}", 0, 0, withscores=True)
             wake = min(self.next_migration, self.clock() + 1_000, end)
             if upcoming:
                 wake = min(wake, int(upcoming[0][1]) - LEAD_MS)
@@ -490,6 +572,7 @@ class World:
         """Faults off, clocks right: the service runs on its own for ``duration_ms``, starting
         with a migrator run (a settle must not wait for the minute to find lost work)."""
         self.faults.armed.clear()
+        self.outage.failing = 0
         self.host_offset_ms = 0
         start = self.clock()
         assert self.migrate() is None
