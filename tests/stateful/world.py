@@ -56,6 +56,7 @@ of the largest entries are ~950 bytes; an item that outgrows the cap fails like 
 
 
 DUE_SHARDS = 2
+MARKER_REDIS_TTL_MS = 3_600_000  # run markers expire on the injected clock (expire_markers)
 
 
 class Kill(BaseException):
@@ -472,6 +473,8 @@ class World:
                 raise
 
     def run_invoked(self, remaining_ms: int = 30_000) -> None:
+        # The fan-out invokes from a thread pool; runs go in one order, so a replay replays.
+        self.invoked.sort(key=lambda event: (event["bucket"], event["slot"]))
         while self.invoked:
             event = self.invoked.pop(0)
             self.trigger(
@@ -510,19 +513,20 @@ class World:
 
     def _expire_markers_on_our_clock(self) -> None:
         """Redis expires keys on its own clock, which does not jump with ours: a dead run's
-        marker (set to outlive its deadline) would block its bucket for good. Markers expire
-        here on the injected clock instead, as they do in real time in a deployment."""
+        marker (set to outlive its deadline) would block its bucket for good, and one set for a
+        few seconds could vanish in the middle of a step. Markers expire here on the injected
+        clock instead, as they do in real time in a deployment."""
         index, markers, clock = self.index, self.markers, self.clock
         start_run, touch_run = index.start_run, index.touch_run
 
         def started(bucket: int, slot: int, token: str, ttl_ms: int) -> bool:
-            ok = start_run(bucket, slot, token, ttl_ms)
+            ok = start_run(bucket, slot, token, MARKER_REDIS_TTL_MS)
             if ok:
                 markers[index.run_key(bucket, slot)] = clock() + ttl_ms
             return ok
 
         def touched(bucket: int, slot: int, token: str, ttl_ms: int) -> bool:
-            ok = touch_run(bucket, slot, token, ttl_ms)
+            ok = touch_run(bucket, slot, token, MARKER_REDIS_TTL_MS)
             if ok:
                 markers[index.run_key(bucket, slot)] = clock() + ttl_ms
             return ok
