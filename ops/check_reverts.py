@@ -63,6 +63,9 @@ def check(patch: Path, examples: int) -> tuple[bool, str, float]:
     LOGS.mkdir(parents=True, exist_ok=True)
     (LOGS / f"{patch.stem}.log").write_text(run.stdout + run.stderr)
     found = re.search(r"^E\s+(\w+(?:Error|Exception|Runaway|Kill)\b.*)$", run.stdout, re.M)
+    harness = re.search(r"^E\s+(hypothesis\.errors\.\w+.*)$", run.stdout, re.M)
+    if found is None and harness is not None:  # the test's own machinery failed: no verdict
+        return False, f"no verdict: {harness.group(1)[:160]}", elapsed
     return True, (found.group(1)[:200] if found else f"see {LOGS}/{patch.stem}.log"), elapsed
 
 
