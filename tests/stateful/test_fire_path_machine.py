@@ -190,7 +190,8 @@ class FirePathMachine(RuleBasedStateMachine):
     def _resolve(self, timer_id: str, intended: Callable[[dict[str, Any] | None], bool],
                  schedule_changed: bool) -> None:  # fmt: skip
         """A change whose request died: read what DynamoDB has, and learn whether it applied."""
-        got = self.world.api.call("GET", f"/v1/timers/{timer_id}", tenant=self.owner[timer_id])
+        with self.world.observing():
+            got = self.world.api.call("GET", f"/v1/timers/{timer_id}", tenant=self.owner[timer_id])
         view = got.body if got.status == 200 else None
         if intended(view):
             self._changed(timer_id, view, schedule_changed)
