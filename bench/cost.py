@@ -50,12 +50,12 @@ from ops.local.context import LambdaContext  # noqa: E402
 from ops.redis_server import RedisServer  # noqa: E402
 from tests.support.clock import FakeClock  # noqa: E402
 from timers.adapters import idempotency, tenants, timers_table, wakeups  # noqa: E402
-from timers.adapters.redis_index import Lock, RedisIndex  # noqa: E402
+from timers.adapters.redis_index import RedisIndex  # noqa: E402
 from timers.core.chain import CHECKPOINT_EVERY  # noqa: E402
 from timers.core.times import format_ms  # noqa: E402
-from timers.fanout import LOCK_KEY, LOCK_TTL_MS, MAX_RUN_MS, POLL_MS, Fanout, FanoutDeps  # noqa: E402
+from timers.fanout import MAX_RUN_MS, POLL_MS, Fanout  # noqa: E402
 from timers.firing import LEASE_LIMIT, TriggerDeps  # noqa: E402
-from timers.runtime import DAY_MS, build_runtime, migrator_deps  # noqa: E402
+from timers.runtime import DAY_MS, build_runtime, fanout_deps, migrator_deps  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_795_255_140_000  # 2026-11-21T09:59:00Z: a minute boundary
@@ -179,10 +179,9 @@ class Stack:
         self.migrator_deps = migrator_deps(
             settings, conn, service.timers, service.claims, service.wakeups, index=index
         )
-        self.fanout = Fanout(FanoutDeps(
-            index=index, lock=Lock(conn, LOCK_KEY, LOCK_TTL_MS), invoke=self._invoke,
-            trigger_function="trigger", clock=self.clock, sleep=sleep,
-        ))  # fmt: skip
+        self.fanout = Fanout(
+            fanout_deps(settings, conn, self._invoke, self.clock, sleep, index=index)
+        )
         # The real handlers with our clients and clock (they build their deps once per cold
         # start; these stand in for that build).
         api_app.runtime = lambda: self.runtime  # type: ignore[assignment]

@@ -14,17 +14,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 
-from timers.adapters.redis_index import Lock, RedisIndex
 from timers.config import Settings
-from timers.fanout import (
-    INVOKE_WORKERS,
-    LOCK_KEY,
-    LOCK_TTL_MS,
-    FanoutDeps,
-    run_deadline,
-    run_fanout,
-)
-from timers.runtime import redis_client, wall_clock_ms
+from timers.fanout import INVOKE_WORKERS, FanoutDeps, run_deadline, run_fanout
+from timers.runtime import fanout_deps, redis_client, wall_clock_ms
 
 logger = Logger()
 metrics = Metrics()
@@ -43,15 +35,8 @@ LAMBDA_CONFIG = Config(
 def deps() -> FanoutDeps:
     """Clients and settings, built once per cold start (not at import)."""
     settings = Settings.from_env()
-    conn = redis_client(settings)
-    return FanoutDeps(
-        index=RedisIndex(conn, settings.bucket_count),
-        lock=Lock(conn, LOCK_KEY, LOCK_TTL_MS),
-        invoke=boto3.client("lambda", config=LAMBDA_CONFIG).invoke,
-        trigger_function=settings.trigger_function_name,
-        clock=wall_clock_ms,
-        sleep=time.sleep,
-    )
+    invoke = boto3.client("lambda", config=LAMBDA_CONFIG).invoke
+    return fanout_deps(settings, redis_client(settings), invoke, wall_clock_ms, time.sleep)
 
 
 @logger.inject_lambda_context

@@ -22,12 +22,12 @@ import redis
 from tests.integration.api_harness import SETTINGS, Api, make_api
 from tests.support.callbacks import drain
 from tests.support.clock import T0, FakeClock
-from timers.adapters.redis_index import Lock, RedisIndex
+from timers.adapters.redis_index import RedisIndex
 from timers.core.times import parse_ms
-from timers.fanout import LOCK_KEY, LOCK_TTL_MS, POLL_MS, Fanout, FanoutDeps
+from timers.fanout import POLL_MS, Fanout
 from timers.firing import SEND_GUARD_MS, RunMarker, TriggerDeps, run_trigger
 from timers.migrate import run_migrator
-from timers.runtime import DAY_MS, migrator_deps
+from timers.runtime import DAY_MS, fanout_deps, migrator_deps
 
 pytestmark = pytest.mark.integration
 
@@ -48,13 +48,8 @@ class World:
             SETTINGS, self.redis, service.timers, service.claims, service.wakeups
         )
         self.fanout = Fanout(
-            FanoutDeps(
-                index=self.index,
-                lock=Lock(self.redis, LOCK_KEY, LOCK_TTL_MS),
-                invoke=self._invoke,
-                trigger_function="trigger",
-                clock=self.clock,
-                sleep=self._sleep,
+            fanout_deps(
+                SETTINGS, self.redis, self._invoke, self.clock, self._sleep, index=self.index
             )
         )
         self.trigger = TriggerDeps(

@@ -39,14 +39,14 @@ from tests.stateful.model import Model, Sent
 from tests.support.clock import T0, FakeClock
 from timers.adapters import tenants
 from timers.adapters.claims import ClaimStore
-from timers.adapters.redis_index import Lock, RedisIndex
+from timers.adapters.redis_index import RedisIndex
 from timers.core import timer as timer_core
 from timers.core.chain import Entry
 from timers.core.times import parse_ms
-from timers.fanout import LEAD_MS, LOCK_KEY, LOCK_TTL_MS, Fanout, FanoutDeps
+from timers.fanout import LEAD_MS, Fanout
 from timers.firing import Hook, RunMarker, TriggerDeps, TriggerReport, run_trigger
 from timers.migrate import run_migrator
-from timers.runtime import DAY_MS, migrator_deps
+from timers.runtime import DAY_MS, fanout_deps, migrator_deps
 
 CLAIM_CAP = 8
 """Attributes per claim item in the test: small, so hot seconds seal items all the time."""
@@ -365,13 +365,8 @@ class World:
             due_shards=DUE_SHARDS,
         )  # fmt: skip
         self.fanout = Fanout(
-            FanoutDeps(
-                index=self.index,
-                lock=Lock(self.redis, LOCK_KEY, LOCK_TTL_MS),
-                invoke=self._invoke,
-                trigger_function="trigger",
-                clock=self.clock,
-                sleep=self._sleep,
+            fanout_deps(
+                SETTINGS, self.redis, self._invoke, self.clock, self._sleep, index=self.index
             )
         )
 

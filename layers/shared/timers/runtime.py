@@ -16,11 +16,12 @@ import redis
 from timers.adapters import idempotency, tenants, timers_table, wakeups
 from timers.adapters.claims import ClaimStore
 from timers.adapters.ratelimit import RateLimiter
-from timers.adapters.redis_index import RedisIndex
+from timers.adapters.redis_index import Lock, RedisIndex
 from timers.adapters.tenants import CachedAuthenticator, Tenant
 from timers.adapters.timers_table import TimerStore
 from timers.adapters.wakeups import WakeupStore
 from timers.config import Settings
+from timers.fanout import LOCK_KEY, LOCK_TTL_MS, FanoutDeps
 from timers.migrate import MigratorDeps, ResumePositions
 from timers.service import TimerService
 
@@ -90,6 +91,27 @@ def migrator_deps(
         due_shards=settings.due_shards,
         lookahead_ms=settings.lookahead_seconds * 1000,
         retention_ms=settings.fire_retention_days * DAY_MS,
+    )
+    return replace(deps, **overrides)
+
+
+def fanout_deps(
+    settings: Settings,
+    conn: Any,
+    invoke: Callable[..., Any],
+    clock: Callable[[], int],
+    sleep: Callable[[float], None],
+    **overrides: Any,
+) -> FanoutDeps:
+    """What a fan-out run needs: the handler's Lambda client and wall clock, or a test's
+    recorder and injected clock (``overrides``: its own index, token source...)."""
+    deps = FanoutDeps(
+        index=RedisIndex(conn, settings.bucket_count),
+        lock=Lock(conn, LOCK_KEY, LOCK_TTL_MS),
+        invoke=invoke,
+        trigger_function=settings.trigger_function_name,
+        clock=clock,
+        sleep=sleep,
     )
     return replace(deps, **overrides)
 
