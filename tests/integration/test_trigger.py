@@ -1106,6 +1106,29 @@ def test_a_hot_second_seals_full_claim_items_and_fires_each_position_once(rig: R
     assert [f["status"] for f in shown] == ["enqueued"]  # found through the sealed items
 
 
+def test_claims_go_below_the_full_items_a_run_has_seen(rig: Rig) -> None:
+    """A sealed item never gains an entry, so once a run has read one whole, it claims the
+    positions that item lacks in the children at once: each full item is written to in vain
+    once, not once per chunk (a failed write costs the whole item's size)."""
+    tenants.set_spread("acme", 1)
+    rig.claims.cap = 8
+    created = create_many(rig, "acme", 120, [T0 + 1_000])
+    rig.sqs.real = SinkSqs()
+    refused: list[str] = []
+    claim = rig.claims.claim
+
+    def watched(key: str, entries: Any) -> bool:
+        ok = claim(key, entries)
+        refused.extend([] if ok else [key])
+        return ok
+
+    rig.claims.claim = watched  # type: ignore[method-assign]
+    rig.clock.now = T0 + 1_000
+    rig.run_until_idle()
+    assert rig.per_fire() == Counter({f"{t['id']}:{T0 + 1_000}": 1 for t in created})
+    assert refused and max(Counter(refused).values()) == 1  # without the routing: ~28 at the root
+
+
 def test_a_change_fences_its_cursor_below_a_full_item(rig: Rig) -> None:
     """A fence is a new attribute too: in a full item it goes to the child, where the member
     of the older revision finds it."""

@@ -1,7 +1,8 @@
 """The trigger's claim phase: make each leased position ours, or learn why it is not.
 
 A *fresh* member (the timer's current revision, the timer active) claims its position with
-one conditional write per claim item and chunk; a member of an older revision never creates a
+one conditional write per claim item and chunk - at the root of its path, or below the full
+items of a hot second the store has seen - and a member of an older revision never creates a
 claim (docs/fire-path.md, R2). When a write fails, one consistent read locates each entry -
 through sealed items, down to its home - and :func:`timers.core.chain.decide_claim` sorts it
 out: claim it at its home (sealing a full item on the way), take a lapsed claim over (keeping
@@ -126,31 +127,44 @@ class Claimer:
     def claim(self, jobs: Sequence[Job]) -> Claimed:
         """Claim every fresh job's position; sort the stale ones out by what they find."""
         out = Claimed()
-        fresh = [j for j in jobs if j.fresh]
-        by_item: dict[str, list[Job]] = defaultdict(list)
-        for job in fresh:
-            by_item[job.ref[0]].append(job)
+        by_item = self._by_home([j for j in jobs if j.fresh])
         if by_item:
             with ThreadPoolExecutor(max(1, min(ITEM_WORKERS, len(by_item)))) as pool:
-                for part in pool.map(self._claim_item, by_item.values()):
+                for part in pool.map(self._claim_item, by_item.items()):
                     out.add(part)
         stale = [j for j in jobs if not j.fresh]
         if stale:
             out.add(self._sort_out(stale))
         return out
 
-    def _claim_item(self, jobs: list[Job]) -> Claimed:
+    def _by_home(self, jobs: Sequence[Job]) -> dict[str, list[Job]]:
+        """Fresh jobs by where their claim goes: the root of their path, or below the full
+        items of a hot second seen already."""
+        by_item: dict[str, list[Job]] = defaultdict(list)
+        for job in {job.name: job for job in jobs}.values():
+            by_item[self.claims.home_guess(job.ref, self.now())].append(job)
+        return by_item
+
+    def _claim_item(self, item: tuple[str, list[Job]]) -> Claimed:
+        """A write per chunk at ``key``; once a write finds the item sealed (its read learns
+        what the item holds), the rest go below it."""
+        key, jobs = item
         out = Claimed()
-        named = {job.name: job for job in jobs}
-        for chunk in chunks(named, self.chunk):
-            out.add(self._claim_chunk(list(chunk.values())))
+        while jobs:
+            chunk, jobs = jobs[: self.chunk], jobs[self.chunk :]
+            out.add(self._claim_chunk(key, chunk))
+            regrouped = self._by_home(jobs)
+            if regrouped.keys() - {key}:
+                for below in regrouped.items():
+                    out.add(self._claim_item(below))
+                break
         return out
 
-    def _claim_chunk(self, jobs: list[Job], depth: int = 0) -> Claimed:
-        """One conditional write for the chunk at its home; on failure, a read sorts it out.
-        A write that times out is tried again with the same owner (a write applied despite the
-        error is then found as ours), then its members are given back."""
-        key = jobs[0].ref[0]
+    def _claim_chunk(self, key: str, jobs: list[Job], depth: int = 0) -> Claimed:
+        """One conditional write for the chunk at ``key``, its home as far as we know; on
+        failure, a read sorts it out. A write that times out is tried again with the same
+        owner (a write applied despite the error is then found as ours), then its members are
+        given back."""
         entries = {job.name: self._mine(job) for job in jobs}
         for attempt in range(CLAIM_ATTEMPTS):
             try:
@@ -175,7 +189,7 @@ class Claimer:
     def _sort_out(self, jobs: Sequence[Job], depth: int = 0) -> Claimed:
         """Locate each entry (consistent) and act on what is there."""
         out = Claimed()
-        found = self.claims.locate([job.root for job in jobs], consistent=True)
+        found = self.claims.locate([job.root for job in jobs], consistent=True, learn=True)
         now = self.now()
         to_claim: dict[str, list[Job]] = defaultdict(list)
         counts: dict[str, int] = {}  # attributes each home has taken already
@@ -217,7 +231,7 @@ class Claimer:
                 out.add(self._sort_out(group, depth + 1))
                 continue
             for chunk in chunks({j.name: j for j in group}, self.chunk):
-                out.add(self._claim_chunk(list(chunk.values()), depth + 1))
+                out.add(self._claim_chunk(key, list(chunk.values()), depth + 1))
         return out
 
     def _take(self, job: Job, entry: Entry, old: Entry, out: Claimed) -> bool:

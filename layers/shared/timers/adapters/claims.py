@@ -51,6 +51,9 @@ TTL_MARGIN_S = 86_400
 """Claim items outlive the timers they belong to by a day: a timer (whose reads hide it once it
 expired) never shows a fire count its claim entries no longer back."""
 SEALED, COUNT = "sl", "c"
+SEALED_KNOWN = 1_024
+"""Sealed items whose entry names a store remembers (~20 KB each at most): enough for the hot
+seconds of a run; the memory is dropped whole when it fills (it only saves reads)."""
 
 _FIELDS = {  # Entry field -> (map key, DynamoDB type)
     "state": ("s", "S"),
@@ -170,6 +173,8 @@ class ClaimStore(LowLevelClient):
         # Records may wait longer than claims: a record lost after its send is a duplicate.
         self._record_client = record_client
         self.cap = cap
+        # Sealed item -> the names it holds, for good: a sealed item never gains an entry.
+        self._sealed: dict[str, frozenset[str]] = {}
 
     def expires_at(self, key: str) -> int:
         """TTL of a claim item (epoch seconds): its second plus the retention and a margin."""
@@ -178,10 +183,26 @@ class ClaimStore(LowLevelClient):
 
     # ---------------------------------------------------------------- reads
 
-    def locate(self, refs: Iterable[EntryRef], consistent: bool = False) -> dict[EntryRef, Located]:
+    def home_guess(self, ref: EntryRef, now_ms: int) -> str:
+        """Where a new entry goes, as far as this store knows: below each item known to be
+        sealed without it. Only a guess for a claim, whose condition (unsealed, entry absent)
+        makes a wrong one fail; a sealed item's names never change, so what it lacked once
+        it lacks for good, and the home is below it - until the item may have expired."""
+        key, name = ref
+        while (names := self._sealed.get(key)) is not None and name not in names:
+            if now_ms >= self.expires_at(key) * 1000:  # TTL may have deleted it: start over
+                break
+            key = child_key(key, name)
+        return key
+
+    def locate(
+        self, refs: Iterable[EntryRef], consistent: bool = False, learn: bool = False
+    ) -> dict[EntryRef, Located]:
         """Each entry's home, from the item its ref names (the root of its path) down through
-        sealed items that lack it."""
+        sealed items that lack it. ``learn``: remember every entry name of the sealed items
+        passed (one more read each, once), for :meth:`home_guess`."""
         looking = {ref: ref[0] for ref in refs}
+        passed: set[str] = set()
         found: dict[EntryRef, Located] = {}
         for _ in range(MAX_DEPTH + 1):
             if not looking:
@@ -198,11 +219,27 @@ class ClaimStore(LowLevelClient):
                     found[ref] = Located(key, from_item_value(item[name]))
                 elif SEALED in item:
                     deeper[ref] = child_key(key, name)
+                    passed.add(key)
                 else:
                     count = int(item[COUNT]["N"]) if COUNT in item else 0
                     found[ref] = Located(key, None, count)
             looking = deeper
+        if learn and (new := passed - self._sealed.keys()):
+            self._learn_sealed(new)
         return found
+
+    def _learn_sealed(self, keys: set[str]) -> None:
+        """Read sealed items whole: any version of an item that shows the seal holds every
+        name it will ever hold (no write adds one to a sealed item)."""
+        if len(self._sealed) + len(keys) > SEALED_KNOWN:
+            self._sealed.clear()
+        ordered = sorted(keys)
+        for start in range(0, len(ordered), BATCH_GET):
+            chunk = ordered[start : start + BATCH_GET]
+            request = {"Keys": [{"k": {"S": key}} for key in chunk]}
+            for item in self._batch_get(request):
+                if SEALED in item:
+                    self._sealed[item["k"]["S"]] = frozenset(n for n in item if "@" in n)
 
     def read(
         self, refs: Iterable[EntryRef], consistent: bool = False
