@@ -1,5 +1,7 @@
 """``python -m bench.report``: the README's results table from bench/results/latest.json, side by
-side with bench/results/before.json (the first fire path's last measurement, kept as measured)."""
+side with bench/results/before.json (the first fire path's last measurement, kept as measured).
+``python -m bench.report cost``: docs/cost.md's tables (units and dollars per fire, the idle
+month) from the same results."""
 
 from __future__ import annotations
 
@@ -96,12 +98,36 @@ def table(now: dict[str, Any], before: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _grid(head: str, rows: dict[str, list[str]], names: list[str]) -> str:
+    lines = [f"| {head} | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    return "\n".join([*lines, *(f"| {k} | " + " | ".join(v) + " |" for k, v in rows.items())])
+
+
+def cost_tables(cost: dict[str, Any]) -> str:
+    scenarios = cost["scenarios"]
+    names = list(scenarios)
+    units = {k: [f"{scenarios[n]['units_per_fire'].get(k, 0):.3g}" for n in names]
+             for k in scenarios[names[0]]["units_per_fire"] if k != "wru"}  # fmt: skip
+    units["fires per trigger run"] = [f"{scenarios[n]['fires_per_trigger_run']}" for n in names]
+    usd = {k: [f"{scenarios[n]['usd_per_million_fires_by_item'].get(k, 0):.3f}" for n in names]
+           for k in scenarios[names[0]]["usd_per_million_fires_by_item"]}  # fmt: skip
+    usd["**total**"] = [f"**{scenarios[n]['usd_per_million_fires']:.3f}**" for n in names]
+    idle = {k: [f"{v:.2f}"] for k, v in cost["usd_per_idle_month_by_item"].items()}
+    idle["**total**"] = [f"**{cost['usd_per_idle_month']:.2f}**"]
+    return "\n\n".join([_grid("per fire", units, names),
+                          _grid("$ per million fires", usd, names),
+                          _grid("idle item", idle, ["$/month"])])  # fmt: skip
+
+
 def main() -> int:
     try:
         now = json.loads(RESULTS.read_text())
     except (OSError, ValueError):
         print(f"no results yet in {RESULTS}: run `make bench`", file=sys.stderr)
         return 1
+    if sys.argv[1:] == ["cost"]:
+        print(cost_tables(now["cost"]))
+        return 0
     before = json.loads(BEFORE.read_text()) if BEFORE.exists() else {}
     print(table(now, before))
     print(f"\n(from {RESULTS}; rerun: make bench, or make bench QUICK=1)")
