@@ -18,7 +18,7 @@ help:
 	@echo "                 (TIMERS_ALLOW_LOOPBACK_TARGETS=1 make run: and a webhook too)"
 	@echo "make test      - the whole suite (real redis-server, moto); installs what it needs"
 	@echo "make reverts   - put each of issue 16's defects back: the stateful test must fail"
-	@echo "make bench     - benchmarks, ~35 min (QUICK=1: ~12 min) -> bench/results/latest.json"
+	@echo "make bench     - benchmarks, ~35 min (QUICK=1: smaller sizes) -> bench/results/latest.json"
 	@echo "make lint      - ruff + mypy"
 	@echo "make validate  - sam validate --lint and cfn-lint on template.yaml"
 	@echo "make build     - sam build (functions + shared layer, arm64)"
