@@ -34,7 +34,7 @@ from timers.core.chain import Member
 HINTS_KEY = "tq:{hints}"
 DONE_KEEP_MS = 10 * 60_000
 """Finished members are remembered this long: longer than the migrator needs to see a fired
-one-shot pass (its watermark moves every minute)."""
+one-shot's wakeup listing dead (it reads the listings due in its window every minute)."""
 
 ENSURE_CHUNK = 200  # members per script call: bounds how long one call blocks Redis
 MISSING, ALIVE, FIRED, SUPERSEDED = 0, 1, 2, 3  # answers of ``alive``
