@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -21,9 +21,11 @@ from timers.adapters.tenants import CachedAuthenticator, Tenant
 from timers.adapters.timers_table import TimerStore
 from timers.adapters.wakeups import WakeupStore
 from timers.config import Settings
-from timers.fanout import LOCK_KEY, LOCK_TTL_MS, FanoutDeps
-from timers.migrate import MigratorDeps, ResumePositions
 from timers.service import TimerService
+
+if TYPE_CHECKING:  # the migrator's and fan-out's cores load in their own functions only
+    from timers.fanout import FanoutDeps
+    from timers.migrate import MigratorDeps
 
 REDIS_TIMEOUT_S = 1.0  # every Redis call ends within this (the trigger budgets with it)
 DAY_MS = 86_400_000
@@ -82,6 +84,8 @@ def migrator_deps(
 ) -> MigratorDeps:
     """What a migrator run needs, from the settings and the stores (the handler's, or a test's
     own with ``overrides`` such as a smaller budget)."""
+    from timers.migrate import MigratorDeps, ResumePositions  # not on the api's cold start
+
     deps = MigratorDeps(
         index=RedisIndex(conn, settings.bucket_count),
         timers=timers,
@@ -105,6 +109,8 @@ def fanout_deps(
 ) -> FanoutDeps:
     """What a fan-out run needs: the handler's Lambda client and wall clock, or a test's
     recorder and injected clock (``overrides``: its own index, token source...)."""
+    from timers.fanout import LOCK_KEY, LOCK_TTL_MS, FanoutDeps  # not on the api's cold start
+
     deps = FanoutDeps(
         index=RedisIndex(conn, settings.bucket_count),
         lock=Lock(conn, LOCK_KEY, LOCK_TTL_MS),
