@@ -141,8 +141,9 @@ class Claimer:
         """Fresh jobs by where their claim goes: the root of their path, or below the full
         items of a hot second seen already."""
         by_item: dict[str, list[Job]] = defaultdict(list)
+        now = self.now()
         for job in {job.name: job for job in jobs}.values():
-            by_item[self.claims.home_guess(job.ref, self.now())].append(job)
+            by_item[self.claims.home_guess(job.ref, now)].append(job)
         return by_item
 
     def _claim_item(self, item: tuple[str, list[Job]]) -> Claimed:

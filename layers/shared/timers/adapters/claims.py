@@ -233,13 +233,9 @@ class ClaimStore(LowLevelClient):
         name it will ever hold (no write adds one to a sealed item)."""
         if len(self._sealed) + len(keys) > SEALED_KNOWN:
             self._sealed.clear()
-        ordered = sorted(keys)
-        for start in range(0, len(ordered), BATCH_GET):
-            chunk = ordered[start : start + BATCH_GET]
-            request = {"Keys": [{"k": {"S": key}} for key in chunk]}
-            for item in self._batch_get(request):
-                if SEALED in item:
-                    self._sealed[item["k"]["S"]] = frozenset(n for n in item if "@" in n)
+        for key, item in self._items(dict.fromkeys(keys, None), consistent=False).items():
+            if SEALED in item:
+                self._sealed[key] = frozenset(n for n in item if "@" in n)
 
     def read(
         self, refs: Iterable[EntryRef], consistent: bool = False
@@ -293,20 +289,24 @@ class ClaimStore(LowLevelClient):
         )
 
     def _items(
-        self, wanted: Mapping[str, set[str]], consistent: bool, extra: Sequence[str] = ()
+        self, wanted: Mapping[str, set[str] | None], consistent: bool, extra: Sequence[str] = ()
     ) -> dict[str, dict[str, Any]]:
-        """The named attributes of each item (BatchGetItem, BATCH_GET keys a call)."""
+        """The named attributes of each item (all of them where ``wanted`` names None), by
+        BatchGetItem, BATCH_GET keys a call."""
         keys = sorted(wanted)
         out: dict[str, dict[str, Any]] = {}
         for start in range(0, len(keys), BATCH_GET):
             chunk = keys[start : start + BATCH_GET]
-            names = sorted({n for key in chunk for n in wanted[key]} | set(extra))
             request: dict[str, Any] = {
                 "Keys": [{"k": {"S": key}} for key in chunk],
                 "ConsistentRead": consistent,
-                "ProjectionExpression": ", ".join(["k", *(f"#p{i}" for i in range(len(names)))]),
-                "ExpressionAttributeNames": {f"#p{i}": n for i, n in enumerate(names)},
             }
+            if all(wanted[key] is not None for key in chunk):
+                names = sorted({n for key in chunk for n in wanted[key] or ()} | set(extra))
+                request["ProjectionExpression"] = ", ".join(
+                    ["k", *(f"#p{i}" for i in range(len(names)))]
+                )
+                request["ExpressionAttributeNames"] = {f"#p{i}": n for i, n in enumerate(names)}
             for item in self._batch_get(request):
                 out[item["k"]["S"]] = item
         return out
