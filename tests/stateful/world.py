@@ -523,22 +523,18 @@ class World:
         few seconds could vanish in the middle of a step. Markers expire here on the injected
         clock instead, as they do in real time in a deployment."""
         index, markers, clock = self.index, self.markers, self.clock
-        start_run, touch_run = index.start_run, index.touch_run
 
-        def started(bucket: int, slot: int, token: str, ttl_ms: int) -> bool:
-            ok = start_run(bucket, slot, token, MARKER_REDIS_TTL_MS)
-            if ok:
-                markers[index.run_key(bucket, slot)] = clock() + ttl_ms
-            return ok
+        def on_our_clock(mark: Callable[[int, int, str, int], bool]) -> Any:
+            def marked(bucket: int, slot: int, token: str, ttl_ms: int) -> bool:
+                ok = mark(bucket, slot, token, MARKER_REDIS_TTL_MS)
+                if ok:
+                    markers[index.run_key(bucket, slot)] = clock() + ttl_ms
+                return ok
 
-        def touched(bucket: int, slot: int, token: str, ttl_ms: int) -> bool:
-            ok = touch_run(bucket, slot, token, MARKER_REDIS_TTL_MS)
-            if ok:
-                markers[index.run_key(bucket, slot)] = clock() + ttl_ms
-            return ok
+            return marked
 
-        index.start_run = started  # type: ignore[method-assign]
-        index.touch_run = touched  # type: ignore[method-assign]
+        index.start_run = on_our_clock(index.start_run)  # type: ignore[method-assign]
+        index.touch_run = on_our_clock(index.touch_run)  # type: ignore[method-assign]
 
     def expire_markers(self) -> None:
         for key, until in list(self.markers.items()):
