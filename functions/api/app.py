@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import traceback
 from functools import cache
 from http import HTTPStatus
 from pathlib import Path
@@ -32,6 +33,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from timers import http_models as m
 from timers.adapters.tenants import Tenant, summary
+from timers.core import strict_json
 from timers.core.errors import DomainError, FieldError, PayloadTooLarge, RateLimited, Unauthorized
 from timers.core.timer import serialize_payload
 from timers.runtime import DAY_MS, Runtime, build_runtime
@@ -43,6 +45,9 @@ app = APIGatewayHttpResolver(enable_validation=True)
 
 BODY_LIMIT_BYTES = 256 * 1024
 RETRY_AFTER_S = 1  # the rate limiter's window is one second (timers.adapters.ratelimit)
+KEY_LOOKUPS_PER_S = 10
+"""Keys no api sandbox remembers, looked up per second and source address: each costs a read of
+the tenants table, so made-up keys are refused before they reach it."""
 DOCS_ASSETS = {  # Swagger UI, as the aws-lambda-powertools package ships it (offline)
     "/v1/docs/swagger-ui-bundle.js": ("swagger-ui-bundle.min.js", "application/javascript"),
     "/v1/docs/swagger-ui.css": ("swagger-ui.min.css", "text/css"),
@@ -202,7 +207,13 @@ def create_timers(
 @app.get(
     "/v1/timers",
     responses={
-        **ok(200, "A page of the tenant's timers, by id", m.TimerList),
+        **ok(
+            200,
+            "A page of the tenant's timers, by id. One request reads at most 1,000 "
+            "timers: a page filtered by `status` can be short, even empty, with a "
+            "`next_cursor` to go on from; the listing ends where `next_cursor` is null",
+            m.TimerList,
+        ),
         **errors(*KEYED, 400),
     },
     summary="List timers",
@@ -433,8 +444,22 @@ def _unsupported_media_type(content_type: str) -> Response[Any]:
 
 @app.exception_handler(Exception)
 def unexpected(exc: Exception) -> Response[Any]:
-    logger.exception("unhandled error")
+    # Where it failed, not the message: a message can quote the request (a payload, a header).
+    logger.error("unhandled error", extra={"error": type(exc).__name__, "trace": frames(exc)})
     return error_response(500, "internal_error", "internal error; it has been logged")
+
+
+def frames(exc: BaseException) -> list[str]:
+    """``file:line in function`` of each frame of ``exc`` (and the exceptions it chains), with
+    no message and no local value."""
+    lines: list[str] = []
+    link: BaseException | None = exc
+    while link is not None and len(lines) < 200:
+        lines.append(type(link).__name__)
+        for frame in traceback.extract_tb(link.__traceback__):
+            lines.append(f"{Path(frame.filename).name}:{frame.lineno} in {frame.name}")
+        link = link.__cause__ or link.__context__
+    return lines
 
 
 _UNION_TAGS = {"at", "after", "cron", "every"}
@@ -553,7 +578,15 @@ def _preflight(event: dict[str, Any]) -> Response[Any] | dict[str, Any]:
     if method not in methods:  # like the gateway before it: no key needed to learn this
         return route_error(method, path)
     if path not in PUBLIC_PATHS:
-        caller = runtime().authenticate(request.headers.get("x-api-key"))
+        try:
+            caller = runtime().authenticate(
+                request.headers.get("x-api-key"),
+                lambda: runtime().rate_limiter.allow(
+                    f"ip:{request.request_context.http.source_ip}", KEY_LOOKUPS_PER_S
+                ),
+            )
+        except RateLimited as exc:
+            return domain_error(exc)
         if caller is None:
             return domain_error(Unauthorized("missing or unknown x-api-key"))
         if not runtime().rate_limiter.allow(caller.name, caller.rate_limit_per_s):
@@ -566,9 +599,11 @@ def _preflight(event: dict[str, Any]) -> Response[Any] | dict[str, Any]:
     if len(raw) > BODY_LIMIT_BYTES:
         return domain_error(PayloadTooLarge(f"request body is over {BODY_LIMIT_BYTES} bytes"))
     try:
-        raw.decode()
+        text = raw.decode()
     except UnicodeDecodeError:  # JSON is UTF-8; anything else is malformed, not a crash
         return domain_error(m.InvalidInput("malformed JSON", [FieldError("body", "not UTF-8")]))
+    if unfit := strict_json.problem(text):
+        return domain_error(m.InvalidInput("the request is invalid", [unfit]))
     content_type = request.headers.get("content-type")
     if content_type:
         if not is_json(content_type):
@@ -594,7 +629,9 @@ def _proxy(response: Response[Any]) -> dict[str, Any]:
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
-@tracer.capture_lambda_handler
+# Traces keep no bodies: responses carry webhook secrets, target headers and payloads, and an
+# error's message can quote the request.
+@tracer.capture_lambda_handler(capture_response=False, capture_error=False)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     app.context.clear()

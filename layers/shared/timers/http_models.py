@@ -25,7 +25,9 @@ def _rfc3339(value: str) -> str:
 Rfc3339 = Annotated[
     str,
     AfterValidator(_rfc3339),
-    Field(json_schema_extra={"format": "date-time"}, examples=["2026-11-21T10:00:00Z"]),
+    Field(
+        max_length=64, json_schema_extra={"format": "date-time"}, examples=["2026-11-21T10:00:00Z"]
+    ),
 ]
 Number = float  # strict: JSON numbers only, ints accepted
 
@@ -46,8 +48,13 @@ class AfterIn(_Strict):
 
 class CronIn(_Strict):
     type: Literal["cron"]
-    expression: str = Field(description="5-field cron: minute hour day-of-month month day-of-week")
-    timezone: str = Field("UTC", description="IANA time zone; DST follows Debian cron")
+    # As long as EventBridge Scheduler allows: every fire re-parses it.
+    expression: str = Field(
+        max_length=256, description="5-field cron: minute hour day-of-month month day-of-week"
+    )
+    timezone: str = Field(
+        "UTC", max_length=64, description="IANA time zone; DST follows Debian cron"
+    )
 
 
 class EveryIn(_Strict):
@@ -62,7 +69,9 @@ MisfireIn = Literal["fire_once", "fire_all", "skip"]
 class TargetIn(_Strict):
     """A queue (``queue_url``) or an HTTP endpoint (``url`` and optional ``headers``)."""
 
-    queue_url: str | None = Field(None, description="Default: the tenant's callback queue")
+    queue_url: str | None = Field(
+        None, max_length=1024, description="Default: the tenant's callback queue"
+    )
     url: str | None = Field(
         None,
         description="HTTP target: an https:// URL (no credentials, <= 2,048 characters); "

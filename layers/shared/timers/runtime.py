@@ -17,7 +17,7 @@ from timers.adapters import idempotency, tenants, timers_table, wakeups
 from timers.adapters.claims import ClaimStore
 from timers.adapters.ratelimit import RateLimiter
 from timers.adapters.redis_index import Lock, RedisIndex
-from timers.adapters.tenants import CachedAuthenticator, Tenant
+from timers.adapters.tenants import CachedAuthenticator
 from timers.adapters.timers_table import TimerStore
 from timers.adapters.wakeups import WakeupStore
 from timers.config import Settings
@@ -127,7 +127,7 @@ class Runtime:
     settings: Settings
     service: TimerService
     rate_limiter: RateLimiter
-    authenticate: Callable[[str | None], Tenant | None]
+    authenticate: CachedAuthenticator
     redis: Any
 
 

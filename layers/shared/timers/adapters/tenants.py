@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ from pynamodb.attributes import NumberAttribute, UnicodeAttribute, UnicodeSetAtt
 from pynamodb.models import Model
 
 from timers.config import Settings
-from timers.core.errors import FieldError, InvalidInput, NotFound
+from timers.core.errors import FieldError, InvalidInput, NotFound, RateLimited
 from timers.core.timer import TENANT_NAME
 from timers.core.webhooks import new_secret
 
@@ -34,6 +35,8 @@ ROTATION_WINDOW_MS = 24 * 3_600_000
 """How long a rotated-out webhook secret keeps signing: consumers switch within it."""
 AUTH_CACHE_MS = 30_000
 """An api instance remembers a key's tenant this long: a revoked key stops working within it."""
+AUTH_CACHE_SIZE = 10_000
+"""Keys remembered per api sandbox, of each kind (naming a tenant, naming none)."""
 
 
 class TenantItem(Model):
@@ -143,31 +146,54 @@ def authenticate(api_key: str | None) -> Tenant | None:
 
 class CachedAuthenticator:
     """``authenticate`` with a per-instance memory of recent answers (hashed keys only), so a
-    busy api reads the tenants table about once per key per AUTH_CACHE_MS, not per request."""
+    busy api reads the tenants table about once per key per AUTH_CACHE_MS, not per request.
+
+    Keys that name a tenant and keys that do not are remembered apart, each bounded, oldest
+    out first: a flood of made-up keys pushes out only made-up keys. A key not remembered costs
+    a read of the tenants table, so it is looked up only when ``may_look_up()`` allows (the api
+    passes its caller's address's rate); otherwise RateLimited.
+    """
 
     def __init__(
         self,
         clock: Callable[[], int],
         lookup: Callable[[str | None], Tenant | None] | None = None,
         ttl_ms: int = AUTH_CACHE_MS,
+        size: int = AUTH_CACHE_SIZE,
     ) -> None:
         self._clock = clock
         self._lookup = lookup or authenticate
         self._ttl_ms = ttl_ms
-        self._seen: dict[str, tuple[int, Tenant | None]] = {}
+        self._size = size
+        self._known: OrderedDict[str, tuple[int, Tenant]] = OrderedDict()
+        self._unknown: OrderedDict[str, int] = OrderedDict()
 
-    def __call__(self, api_key: str | None) -> Tenant | None:
+    def __call__(
+        self, api_key: str | None, may_look_up: Callable[[], bool] = lambda: True
+    ) -> Tenant | None:
         if not api_key:
             return None
         digest, now = _hash(api_key), self._clock()
-        seen = self._seen.get(digest)
-        if seen is not None and now - seen[0] < self._ttl_ms:
-            return seen[1]
+        if (known := self._known.get(digest)) and now - known[0] < self._ttl_ms:
+            return known[1]
+        if (unknown := self._unknown.get(digest)) is not None and now - unknown < self._ttl_ms:
+            return None
+        if not may_look_up():
+            raise RateLimited("too many new API keys from this address; retry shortly")
         tenant = self._lookup(api_key)
-        if len(self._seen) > 10_000:  # bounded: a flood of bad keys cannot grow it forever
-            self._seen.clear()
-        self._seen[digest] = (now, tenant)
+        if tenant is None:
+            self._remember(self._unknown, digest, now)
+            self._known.pop(digest, None)  # revoked
+        else:
+            self._remember(self._known, digest, (now, tenant))
+            self._unknown.pop(digest, None)
         return tenant
+
+    def _remember(self, memory: OrderedDict[str, Any], digest: str, value: Any) -> None:
+        memory[digest] = value
+        memory.move_to_end(digest)
+        while len(memory) > self._size:
+            memory.popitem(last=False)
 
 
 def validate_name(name: str) -> None:
