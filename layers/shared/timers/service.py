@@ -56,6 +56,10 @@ Clock = Callable[[], int]
 T = TypeVar("T")
 WRITE_ATTEMPTS = 5
 BATCH_LIMIT = 100
+LIST_READ_LIMIT = 1_000
+"""Items one list request reads at most (payload items and other statuses included)."""
+LIST_READ_BATCH = 100
+"""Items read per query when a status filter may discard most of them."""
 
 
 class DueIndex(Protocol):
@@ -254,24 +258,31 @@ class TimerService:
     def list(
         self, tenant: Tenant, status: str | None, limit: int, cursor: str | None
     ) -> dict[str, Any]:
-        """A page of the tenant's timers by id; ``status`` filters the derived status, and a
-        page is full unless the listing ended."""
+        """A page of the tenant's timers by id; ``status`` filters the derived status. One
+        request reads at most LIST_READ_LIMIT items: a filtered page can be short, even empty,
+        with a cursor to go on from (as DynamoDB's own filtered queries are)."""
         scope = f"timers:{status or '*'}"
         after = _decode_cursor(cursor, tenant, scope)
+        batch = limit if status is None else LIST_READ_BATCH
         items: builtins.list[Timer] = []
-        more = True
-        while more and len(items) < limit:
-            page, more = self.timers.page(tenant.name, after, limit)
-            if not page:
-                break
-            after = page[-1].id
+        read = 0
+        while len(items) < limit and read < LIST_READ_LIMIT:
+            page, next_after = self.timers.page(tenant.name, after, batch)
+            read += batch
             shown = self._resolve(page, consistent=False)
-            items += [t for t in shown if status is None or t.status == status]
-        items = items[:limit]
-        last = items[-1].id if items and (more or len(items) == limit) else None
+            matches = [t for t in shown if status is None or t.status == status]
+            wanted = limit - len(items)
+            if len(matches) >= wanted:  # the page is full: go on after its last timer
+                items += matches[:wanted]
+                after = items[-1].id if next_after or len(matches) > wanted else None
+                break
+            items += matches
+            after = next_after
+            if after is None:
+                break
         return {
             "items": [timer_view(t) for t in items],
-            "next_cursor": _encode_cursor(last, tenant, scope),
+            "next_cursor": _encode_cursor(after, tenant, scope),
         }
 
     def fire_history(

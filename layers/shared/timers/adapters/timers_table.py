@@ -239,15 +239,17 @@ class TimerStore(LowLevelClient):
             (i.tenant, i.timer_id): to_timer(i, bodies.get((i.tenant, i.timer_id))) for i in items
         }
 
-    def page(self, tenant: str, after_id: str | None, limit: int) -> tuple[list[Timer], bool]:
-        """Up to ``limit`` of a tenant's timers by id after ``after_id``; and whether more
-        may follow."""
+    def page(self, tenant: str, after_id: str | None, limit: int) -> tuple[list[Timer], str | None]:
+        """A tenant's timers by id after ``after_id``, from the next ``limit`` items read; and
+        the id to continue after (None: the listing ended). Payload items and expired timers
+        count as read, so a page may be short or empty while more follow."""
         start = {"tenant": {"S": tenant}, "timer_id": {"S": after_id}} if after_id else None
         results = TimerItem.query(
             tenant, limit=limit, last_evaluated_key=start, consistent_read=True
         )
-        items = [i for i in results if PAYLOAD_SUFFIX not in i.timer_id and self._live(i)]
-        more = results.last_evaluated_key is not None
+        read = list(results)
+        items = [i for i in read if PAYLOAD_SUFFIX not in i.timer_id and self._live(i)]
+        more = read[-1].timer_id if read and results.last_evaluated_key is not None else None
         full = self.get_many([(i.tenant, i.timer_id) for i in items if i.payload is None])
         timers = [
             t
