@@ -24,10 +24,11 @@ class RateLimiter:
         self._count = client.register_script(_COUNT)
         self._clock_ms = clock_ms
 
-    def allow(self, tenant: str, per_second: int) -> bool:
+    def allow(self, who: str, per_second: int) -> bool:
+        """Whether ``who`` (a tenant, or ``ip:<address>``) is within ``per_second`` this second."""
         window = self._clock_ms() // 1000
         try:
-            count = int(self._count(keys=[f"rl:{{{tenant}}}:{window}"], args=[2000]))
+            count = int(self._count(keys=[f"rl:{{{who}}}:{window}"], args=[2000]))
         except Exception:  # fail open: losing Redis must not take the API down with it
             log.warning("rate limiter unavailable; allowing", exc_info=True)
             return True
