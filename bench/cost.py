@@ -103,6 +103,7 @@ ASSUMPTIONS: dict[str, Any] = {
     "migrator_ms": 1_000,
     "fanout_ms": MAX_RUN_MS,  # each run polls for 70 s and is billed for all of it
     "lambda_platform_log_bytes": 400,  # START, END and REPORT lines of every invocation
+    "api_access_log_bytes": 180,  # the HTTP API's access log line (template.yaml), with overhead
     "xray_sampled_share": 0.05,  # the api only (the trigger and fan-out pass through)
     "ecpu_per_command": 1,  # each command executed, scripts' inner calls included
     "endpoint_bytes_per_sqs_byte": 2.0,  # request plus response and TLS/HTTP overhead
@@ -406,7 +407,11 @@ def fire_dollars(per: dict[str, float], mem: dict[str, float]) -> dict[str, floa
     ) / 1000
     api_s = (api * a["api_ms"] + per.get("creates", 0) * a["api_per_timer_ms"]) / 1000
     gb_s = trigger_s * mem["trigger"] + api_s * mem["api"]
-    logs = per.get("log.bytes", 0) + (runs + api) * a["lambda_platform_log_bytes"]
+    logs = (
+        per.get("log.bytes", 0)
+        + (runs + api) * a["lambda_platform_log_bytes"]
+        + per.get("apigw.requests", 0) * a["api_access_log_bytes"]
+    )
     wru = (per.get("dynamodb.wru.table", 0) + per.get("dynamodb.wru.gsi", 0)
            + per.get("dynamodb.wru.checkpoint", 0))  # fmt: skip
     lines = {

@@ -1,6 +1,7 @@
 """Tenant administration: ``python -m ops.admin <command>`` (the Makefile's ``make tenant``).
 
     tenant create NAME [--api-key KEY]   create the tenant, its callback queue and a key
+                                         (a KEY another tenant holds is refused, not moved)
     key add NAME                         issue another key
     key revoke KEY                       revoke a key (refused within 30 s: api instances
                                          remember a key's tenant that long)

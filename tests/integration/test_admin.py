@@ -7,6 +7,7 @@ import pytest
 
 from ops import admin
 from timers.adapters import tenants
+from timers.core.errors import InvalidState
 
 
 @pytest.fixture
@@ -65,6 +66,22 @@ def test_add_and_revoke_keys(target: admin.Target) -> None:
     assert tenants.authenticate(first) is None
     assert tenants.authenticate(second) is not None
     assert admin.run(target, ["key", "revoke", first]) == {"revoked": False}
+
+
+def test_a_registered_key_is_never_moved_to_another_tenant(target: admin.Target) -> None:
+    """``add key`` writes only where no key record is: registering a key another tenant holds
+    (a typo, or an operator tricked into it) must not hand that tenant's timers over."""
+    admin.run(target, ["tenant", "create", "acme", "--api-key", "tk_shared-key"])
+    with pytest.raises(InvalidState, match="already registered to another tenant"):
+        admin.run(target, ["tenant", "create", "evil", "--api-key", "tk_shared-key"])
+    owner = tenants.authenticate("tk_shared-key")
+    assert owner is not None and owner.name == "acme"
+    # the same key for the same tenant again is still a no-op (tenant create is idempotent)
+    admin.run(target, ["tenant", "create", "acme", "--api-key", "tk_shared-key"])
+    with pytest.raises(InvalidState):
+        tenants.add_key("evil", 0, "tk_shared-key")
+    owner = tenants.authenticate("tk_shared-key")
+    assert owner is not None and owner.name == "acme"
 
 
 def test_allow_and_disallow_a_queue(target: admin.Target) -> None:

@@ -18,10 +18,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pynamodb.attributes import NumberAttribute, UnicodeAttribute, UnicodeSetAttribute
+from pynamodb.exceptions import PutError
 from pynamodb.models import Model
 
 from timers.config import Settings
-from timers.core.errors import FieldError, InvalidInput, NotFound, RateLimited
+from timers.core.errors import (
+    ConcurrentUpdate,
+    FieldError,
+    InvalidInput,
+    InvalidState,
+    NotFound,
+    RateLimited,
+)
 from timers.core.timer import TENANT_NAME
 from timers.core.webhooks import new_secret
 
@@ -243,11 +251,29 @@ def rotate_secret(name: str, now_ms: int, window_ms: int = ROTATION_WINDOW_MS) -
 
 
 def add_key(name: str, now_ms: int, api_key: str | None = None) -> str:
-    """Register a key for the tenant (a new random one unless given) and return it."""
+    """Register a key for the tenant (a new random one unless given) and return it.
+
+    The write is conditional: a key is never moved to another tenant (InvalidState), and the
+    same key registered again for the same tenant changes nothing (``tenant create`` stays
+    idempotent)."""
     if get_tenant(name) is None:
         raise NotFound(f"no tenant {name!r}")
     api_key = api_key or KEY_PREFIX + secrets.token_urlsafe(32)
-    ApiKeyItem(f"KEY#{_hash(api_key)}", tenant=name, key_id=api_key[:10], created_ms=now_ms).save()
+    item = ApiKeyItem(f"KEY#{_hash(api_key)}", tenant=name, key_id=api_key[:10], created_ms=now_ms)
+    try:
+        item.save(condition=ApiKeyItem.pk.does_not_exist())
+    except PutError as exc:
+        if exc.cause_response_code != "ConditionalCheckFailedException":
+            raise
+        try:
+            holder = ApiKeyItem.get(item.pk, consistent_read=True).tenant
+        except ApiKeyItem.DoesNotExist:
+            raise ConcurrentUpdate("the key was revoked meanwhile; retry") from None
+        if holder != name:
+            raise InvalidState(
+                "this API key is already registered to another tenant; a key is never "
+                "reassigned (revoke it first, or register a new one)"
+            ) from None
     return api_key
 
 
