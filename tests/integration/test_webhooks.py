@@ -323,6 +323,33 @@ def test_a_url_target_is_validated_at_create_and_patch_and_changes_nothing(
     assert back.body["target"] == {"queue_url": api.queues["acme"]}
 
 
+def test_an_unsendable_target_is_a_400_on_its_field_at_create_and_patch_and_changes_nothing(
+    rig: Rig,  # noqa: F811
+) -> None:
+    """What http.client would refuse at send time (and the old checks let through) is refused
+    with the contract's error body, naming the field."""
+    api = rig.api
+    bad = [
+        ({"url": "https://example.com/x", "headers": {"X-Foo": "v\n"}}, "target.headers.X-Foo"),
+        ({"url": "https://example.com/x", "headers": {"X-Foo\n": "v"}}, "target.headers.X-Foo\n"),
+        ({"url": "https://example.com/gr\u00fc\u00dfe"}, "target.url"),
+        ({"url": "https://2130706433/x"}, "target.url"),  # 127.0.0.1 to inet_aton
+    ]
+    made = api.create(
+        schedule=after(60), target={"url": "https://example.com/h", "headers": {"X-Foo": "v"}}
+    )
+    for target, field in bad:
+        for method, path in (("POST", "/v1/timers"), ("PATCH", f"/v1/timers/{made['id']}")):
+            reply = api.call(method, path, body={"schedule": after(60), "target": target})
+            assert reply.status == 400, (method, target, reply.body)
+            error = reply.body["error"]
+            assert error["code"] == "validation_error" and isinstance(error["message"], str)
+            assert [d["field"] for d in error["details"]] == [field], (method, error)
+    (only,) = api.call("GET", "/v1/timers").body["items"]
+    assert only["id"] == made["id"]
+    assert api.call("GET", f"/v1/timers/{made['id']}").body == made
+
+
 def test_a_rotated_secret_and_the_old_one_both_sign_during_the_window(
     delivery: Delivery,
 ) -> None:

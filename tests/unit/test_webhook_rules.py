@@ -56,6 +56,19 @@ from timers.delivery import DeliveryDeps, Message, deliver, deliver_batch
             "target.headers.Transfer-Encoding",
         ),
         ("https://example.com/hook", {"X-Bad": "a\r\nb"}, "target.headers.X-Bad"),
+        # a final newline: "$" in a regex matches before it (http.client refuses it at send)
+        ("https://example.com/hook", {"X-Foo": "v\n"}, "target.headers.X-Foo"),
+        ("https://example.com/hook", {"X-Foo\n": "v"}, "target.headers.X-Foo\n"),
+        ("https://example.com/hook", {"X-Foo": "\u20ac"}, "target.headers.X-Foo"),  # not Latin-1
+        ("https://example.com/gr\u00fc\u00dfe", None, "target.url"),  # sent as ASCII
+        ("https://example.com/h?q=\u00fc", None, "target.url"),
+        ("https://example.com/h\x7f", None, "target.url"),
+        ("https://a..b/hook", None, "target.url"),  # not IDNA-encodable
+        # IPv4 addresses only as a dotted quad: inet_aton reads these as 127.0.0.1
+        ("https://2130706433/hook", None, "target.url"),
+        ("https://0x7f.1/hook", None, "target.url"),
+        ("https://0177.0.0.1/hook", None, "target.url"),
+        ("https://127.1/hook", None, "target.url"),
         ("https://example.com/hook", {"bad name": "v"}, "target.headers.bad name"),
         ("https://example.com/hook", {f"x-h{i}": "v" for i in range(11)}, "target.headers"),
         ("http://127.0.0.1:8080/hook", None, "target.url"),  # loopback not allowed here
@@ -75,6 +88,12 @@ def test_good_targets_and_loopback_only_when_allowed() -> None:
     assert validate_target("http://127.0.0.1:9/h", None, allow_loopback=True)[0] is not None
     assert validate_target("http://localhost:9/h", None, allow_loopback=True)[0] is not None
     assert validate_target("http://10.0.0.1/h", None, allow_loopback=True)[0] is None
+    for url in (
+        "https://b\u00fccher.example/h",
+        "https://93.184.216.34/h",
+        "https://[2001:4860::1]/",
+    ):
+        assert validate_target(url, None) == (Webhook(url), [])
     assert Webhook("https://Example.com/h").origin == "https://example.com:443"
 
 

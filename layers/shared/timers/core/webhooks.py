@@ -48,8 +48,10 @@ BACKOFF_MAX_S = 3_600.0
 RESPONSE_BODY_MAX = 4_096
 """Bytes of an answer's body read (then dropped: never stored nor logged)."""
 
-_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 header field name
-_VALUE = re.compile(r"^[\t\x20-\x7e\x80-\xff]*$")  # no CR, LF or other controls
+# Used with fullmatch: ``$`` would also match before a final newline.
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 header field name
+_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")  # no CR, LF or other controls; Latin-1
+_NUMERIC_LABEL = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,9 @@ def validate_target(
 
     HTTPS only, no credentials, at most URL_MAX_CHARS; ``http://`` is accepted only for a
     loopback host when the deployment allows loopback targets (the local stack, for tests).
-    Addresses are checked again at delivery, where the name is resolved.
+    Whatever http.client would refuse to send (a non-ASCII path, a control character, a line
+    break in a header) is refused here, so it never becomes a fire that cannot be sent.
+    Addresses are checked at delivery, where the name is resolved.
     """
     errors: list[FieldError] = []
     if not isinstance(url, str) or not url:
@@ -111,8 +115,12 @@ def validate_target(
         errors.append(FieldError("target.url", "must use https"))
     if parts.username is not None or parts.password is not None or "@" in parts.netloc:
         errors.append(FieldError("target.url", "must not contain credentials"))
-    if any(c.isspace() or ord(c) < 0x20 for c in url) or parts.fragment:
-        errors.append(FieldError("target.url", "must not contain whitespace or a fragment"))
+    if any(c.isspace() or ord(c) < 0x20 or c == "\x7f" for c in url) or parts.fragment:
+        errors.append(FieldError("target.url", "must have no whitespace, controls or fragment"))
+    elif not (parts.path + parts.query).isascii():  # http.client sends the path as ASCII
+        errors.append(FieldError("target.url", "path and query must be ASCII (percent-encode)"))
+    if host and not _host_sendable(host):
+        errors.append(FieldError("target.url", "host is not a valid host name or IP address"))
     pairs: list[tuple[str, str]] = []
     if headers is not None:
         if not isinstance(headers, Mapping):
@@ -124,7 +132,7 @@ def validate_target(
             for name, value in headers.items():
                 where = f"target.headers.{name}"
                 low = str(name).lower()
-                if not isinstance(name, str) or not _TOKEN.match(name):
+                if not isinstance(name, str) or not _TOKEN.fullmatch(name):
                     errors.append(FieldError(where, "is not a valid header name"))
                 elif len(name) > HEADER_NAME_MAX:
                     errors.append(FieldError(where, f"name over {HEADER_NAME_MAX} characters"))
@@ -132,8 +140,8 @@ def validate_target(
                     errors.append(FieldError(where, "is set by the service"))
                 elif low in seen:
                     errors.append(FieldError(where, "appears twice"))
-                elif not isinstance(value, str) or not _VALUE.match(value):
-                    errors.append(FieldError(where, "must be a string without line breaks"))
+                elif not isinstance(value, str) or not _VALUE.fullmatch(value):
+                    errors.append(FieldError(where, "must be Latin-1 text without line breaks"))
                 elif len(value) > HEADER_VALUE_MAX:
                     errors.append(FieldError(where, f"over {HEADER_VALUE_MAX} characters"))
                 else:
@@ -142,6 +150,23 @@ def validate_target(
     if errors:
         return None, errors
     return Webhook(url, tuple(pairs)), []
+
+
+def _host_sendable(host: str) -> bool:
+    """An IP literal, or a name that IDNA-encodes (as the resolver and the Host header will)
+    and is not a number: ``2130706433``, ``0x7f.1`` or ``0177.0.0.1`` are IPv4 addresses to
+    inet_aton but not to every parser, so only the dotted-quad form of an address is taken."""
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return False
+    last = host.removesuffix(".").rsplit(".", 1)[-1]
+    return not _NUMERIC_LABEL.fullmatch(last)
 
 
 # ---------------------------------------------------------------- signatures
