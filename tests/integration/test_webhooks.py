@@ -36,9 +36,10 @@ from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
 )
 from tests.support.clock import T0
 from tests.support.webhook_server import WebhookServer, webhook_server
+from timers import service as service_module
 from timers.adapters import http_target, tenants
 from timers.adapters.target_slots import TargetSlots
-from timers.core.webhooks import Attempt
+from timers.core.webhooks import Attempt, Webhook
 from timers.delivery import DeliveryDeps, dead_letter_body
 
 pytestmark = pytest.mark.integration
@@ -348,6 +349,26 @@ def test_an_unsendable_target_is_a_400_on_its_field_at_create_and_patch_and_chan
     (only,) = api.call("GET", "/v1/timers").body["items"]
     assert only["id"] == made["id"]
     assert api.call("GET", f"/v1/timers/{made['id']}").body == made
+
+
+def test_a_target_stored_before_validation_caught_it_fails_at_once(
+    delivery: Delivery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A header ending in a newline, as the old header check let through: the first attempt
+    fails ``invalid_target`` without sending anything, and it is not retried."""
+    d, server = delivery, delivery.server
+
+    def unchecked(url: str, headers: dict[str, str], allow_loopback: bool) -> Any:
+        return Webhook(url, tuple(headers.items())), []
+
+    monkeypatch.setattr(service_module, "validate_target", unchecked)
+    timer_id = d.fire(server.on("/ok"), headers={"X-Foo": "v\n"})
+    assert d.handle(d.receive()) == []  # not a batch item failure: no retry
+    (fire,) = d.history(timer_id)
+    assert (fire["status"], fire["reason"], fire["attempts"]) == ("failed", "invalid_target", 1)
+    (dead,) = d.dead_letters()
+    assert dead["MessageAttributes"]["reason"]["StringValue"] == "invalid_target"
+    assert server.received == [] and d.receive() == []
 
 
 def test_a_rotated_secret_and_the_old_one_both_sign_during_the_window(

@@ -237,6 +237,31 @@ def test_the_connected_peer_is_checked_again(server: WebhookServer) -> None:
         conn.connect()
 
 
+@pytest.mark.parametrize(
+    ("path", "headers"),
+    [
+        ("/ok", {"X-Foo": "v\n"}),
+        ("/ok", {"X-Foo\n": "v"}),
+        ("/ok", {"X-Foo": "\u20ac"}),  # not Latin-1
+        ("/gr\u00fc\u00dfe", {}),  # the request line is ASCII
+        ("/a\x01b", {}),
+    ],
+)
+def test_a_target_http_client_refuses_to_send_fails_at_once_unsent(
+    server: WebhookServer, path: str, headers: dict[str, str]
+) -> None:
+    """Stored before validation caught it: retrying would only fail the same way for 24 h."""
+    url = server.on("/ok").replace("/ok", path)
+    got = http_target.post(url, b"{}", headers, allow_loopback=True)
+    assert got == Attempt(error="invalid_target") and verdict(got) == "failed"
+    assert server.received == []
+
+
+def test_a_host_name_that_does_not_idna_encode_fails_at_once() -> None:
+    got = http_target.post("https://a..b/x", b"{}", {})  # the real resolver
+    assert got == Attempt(error="invalid_target")
+
+
 def test_redirects_are_not_followed(server: WebhookServer) -> None:
     url = server.on("/moved", 302)
     server.endpoints["/moved"].location = server.url("/elsewhere")

@@ -264,7 +264,8 @@ class DeliveryState:
 
 def verdict(attempt: Attempt) -> Verdict:
     """2xx delivers; 408, 429, 5xx, timeouts and connection errors are retried; other answers
-    (3xx: redirects are not followed; 4xx) and refused addresses fail at once."""
+    (3xx: redirects are not followed; 4xx), refused addresses and targets that cannot be sent
+    (``invalid_target``) fail at once."""
     if attempt.status is not None:
         if 200 <= attempt.status < 300:
             return "delivered"
