@@ -242,6 +242,7 @@ def test_after_the_retry_budget_the_fire_fails_and_is_dead_lettered(delivery: De
         "https://10.0.0.1/hook",
         "https://192.168.1.10/hook",
         "https://[fd00:ec2::254]/latest",
+        "https://[64:ff9b::a9fe:a9fe]/latest/meta-data/",  # NAT64 of the metadata endpoint
     ],
 )
 def test_private_and_metadata_addresses_are_refused_at_delivery(
@@ -258,6 +259,35 @@ def test_private_and_metadata_addresses_are_refused_at_delivery(
     )
     (dead,) = d.dead_letters()
     assert dead["MessageAttributes"]["reason"]["StringValue"] == "blocked_address"
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
+        "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1: refused though the rig allows loopback
+        "64:ff9b:1::a00:1",  # local-use NAT64
+        "2002:a9fe:a9fe::1",  # 6to4 of 169.254.169.254
+        "::a9fe:a9fe",  # IPv4-compatible
+        "fec0::1",  # site-local
+    ],
+)
+def test_a_name_resolving_to_an_ipv6_form_of_a_private_address_is_refused_at_delivery(
+    delivery: Delivery, monkeypatch: pytest.MonkeyPatch, address: str
+) -> None:
+    d = delivery
+    asked: list[str] = []
+
+    def resolve(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return [address]
+
+    monkeypatch.setattr(http_target, "resolve", resolve)
+    timer_id = d.fire("https://hooks.example.com/x")  # public-looking: valid at create
+    assert d.handle(d.receive()) == []
+    assert asked == ["hooks.example.com"]
+    (fire,) = d.history(timer_id)
+    assert (fire["status"], fire["reason"], fire["attempts"]) == ("failed", "blocked_address", 1)
 
 
 def test_one_tenants_slow_endpoint_does_not_delay_anothers(delivery: Delivery) -> None:

@@ -89,7 +89,7 @@ def post(
     *,
     allow_loopback: bool = False,
     timeout_s: float = ATTEMPT_TIMEOUT_S,
-    resolver: Resolver = resolve,
+    resolver: Resolver | None = None,  # None: ``resolve``, looked up now (tests replace it)
     clock: Callable[[], float] = time.monotonic,
 ) -> Attempt:
     """POST ``body`` to ``url``; the answer's status, or why there was none."""
@@ -103,7 +103,7 @@ def post(
         return Attempt(error="invalid_target")
     started = clock()
     try:
-        addresses = resolver(host, port)
+        addresses = (resolver or resolve)(host, port)
     except UnicodeError:  # the name does not IDNA-encode: it never will
         return Attempt(error="invalid_target")
     except OSError:

@@ -81,8 +81,9 @@ class Webhook:
 
 
 def is_loopback_host(host: str) -> bool:
+    """127.0.0.1, ::1 or localhost: what address_allowed admits when loopback is allowed."""
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(host) in LOOPBACK_TARGETS
     except ValueError:
         return host.lower() == "localhost"
 
@@ -202,19 +203,79 @@ def signed_headers(
 # ---------------------------------------------------------------- addresses
 
 
+def _networks(*cidrs: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    return tuple(ipaddress.ip_network(c) for c in cidrs)
+
+
+# The IANA special-purpose registries, spelled out: ``is_global`` changes between Python
+# versions, and this list is what the guard promises.
+DENIED_IPV4 = _networks(
+    "0.0.0.0/8",  # "this network"
+    "10.0.0.0/8",  # private
+    "100.64.0.0/10",  # shared (CGNAT)
+    "127.0.0.0/8",  # loopback
+    "169.254.0.0/16",  # link-local: the EC2/ECS metadata endpoints
+    "172.16.0.0/12",  # private
+    "192.0.0.0/24",  # IETF protocol assignments
+    "192.0.2.0/24",  # documentation
+    "192.88.99.0/24",  # 6to4 relay anycast
+    "192.168.0.0/16",  # private
+    "198.18.0.0/15",  # benchmarking
+    "198.51.100.0/24",  # documentation
+    "203.0.113.0/24",  # documentation
+    "224.0.0.0/4",  # multicast
+    "240.0.0.0/4",  # reserved, and the broadcast 255.255.255.255
+)
+DENIED_IPV6 = _networks(
+    "::/96",  # unspecified, loopback, IPv4-compatible (deprecated; some stacks tunnel them)
+    "64:ff9b:1::/48",  # local-use NAT64: where the IPv4 address sits is the site's choice
+    "100::/64",  # discard
+    "2001::/23",  # IETF protocol assignments, Teredo (2001::/32) among them
+    "2001:db8::/32",  # documentation
+    "3fff::/20",  # documentation
+    "5f00::/16",  # segment routing SIDs
+    "fc00::/7",  # unique local: fd00:ec2::254, the EC2 metadata endpoint, among them
+    "fe80::/10",  # link-local
+    "fec0::/10",  # site-local (deprecated, still routed by some stacks)
+    "ff00::/8",  # multicast
+)
+GLOBAL_UNICAST_IPV6 = ipaddress.IPv6Network("2000::/3")
+"""The only IPv6 space allocated for global unicast: anything else not carrying an IPv4
+address is refused too, whatever a future registry entry says."""
+
+_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # the well-known prefix (RFC 6052)
+_6TO4 = ipaddress.IPv6Network("2002::/16")
+LOOPBACK_TARGETS = frozenset({ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")})
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address packets to ``ip`` end up at, for the forms that carry one: IPv4-mapped
+    and NAT64 (the last 32 bits), 6to4 (bits 16-48). None for any other address."""
+    if ip in _MAPPED or ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFF_FFFF)
+    if ip in _6TO4:
+        return ipaddress.IPv4Address((int(ip) >> 80) & 0xFFFF_FFFF)
+    return None
+
+
 def address_allowed(address: str, allow_loopback: bool = False) -> bool:
-    """Only public unicast addresses: no loopback (unless allowed), private, link-local (the
-    cloud metadata endpoints 169.254.169.254 and fd00:ec2::254 among them), shared (CGNAT),
-    multicast, reserved or unspecified ones."""
+    """Only public unicast addresses (DENIED_IPV4, DENIED_IPV6; IPv6 outside 2000::/3). An
+    IPv6 address that carries an IPv4 one (mapped, NAT64, 6to4) is judged by that IPv4
+    address: a public one is reachable that way (an IPv6-only network's DNS64 answers so),
+    a private one would reach inside. ``allow_loopback`` admits 127.0.0.1 and ::1 only."""
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    if ip.is_loopback:
+    if ip in LOOPBACK_TARGETS:
         return allow_loopback
-    return ip.is_global and not ip.is_multicast
+    if isinstance(ip, ipaddress.IPv6Address):
+        inner = embedded_ipv4(ip)
+        if inner is None:
+            return ip in GLOBAL_UNICAST_IPV6 and not any(ip in n for n in DENIED_IPV6)
+        ip = inner
+    return not any(ip in n for n in DENIED_IPV4)
 
 
 # ---------------------------------------------------------------- outcomes and retries
