@@ -88,6 +88,8 @@ def test_good_targets_and_loopback_only_when_allowed() -> None:
     assert validate_target("http://127.0.0.1:9/h", None, allow_loopback=True)[0] is not None
     assert validate_target("http://localhost:9/h", None, allow_loopback=True)[0] is not None
     assert validate_target("http://10.0.0.1/h", None, allow_loopback=True)[0] is None
+    # the rest of 127/8 is refused at delivery even with the setting: no http:// for it either
+    assert validate_target("http://127.0.0.2:9/h", None, allow_loopback=True)[0] is None
     for url in (
         "https://b\u00fccher.example/h",
         "https://93.184.216.34/h",
