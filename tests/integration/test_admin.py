@@ -93,7 +93,7 @@ def test_allow_and_disallow_a_queue(target: admin.Target) -> None:
     assert admin.run(target, ["queue", "disallow", "acme", url])["allowed_queue_urls"] == []
 
 
-@pytest.mark.parametrize("name", ["Acme", "a_b", "", "x" * 41, "ü"])
+@pytest.mark.parametrize("name", ["Acme", "a_b", "", "x" * 41, "ü", "acme\n"])
 def test_bad_tenant_names_are_refused_and_create_nothing(target: admin.Target, name: str) -> None:
     with pytest.raises(tenants.InvalidInput):
         admin.run(target, ["tenant", "create", name])

@@ -36,9 +36,10 @@ from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
 )
 from tests.support.clock import T0
 from tests.support.webhook_server import WebhookServer, webhook_server
+from timers import service as service_module
 from timers.adapters import http_target, tenants
 from timers.adapters.target_slots import TargetSlots
-from timers.core.webhooks import Attempt
+from timers.core.webhooks import Attempt, Webhook
 from timers.delivery import DeliveryDeps, dead_letter_body
 
 pytestmark = pytest.mark.integration
@@ -241,6 +242,7 @@ def test_after_the_retry_budget_the_fire_fails_and_is_dead_lettered(delivery: De
         "https://10.0.0.1/hook",
         "https://192.168.1.10/hook",
         "https://[fd00:ec2::254]/latest",
+        "https://[64:ff9b::a9fe:a9fe]/latest/meta-data/",  # NAT64 of the metadata endpoint
     ],
 )
 def test_private_and_metadata_addresses_are_refused_at_delivery(
@@ -257,6 +259,35 @@ def test_private_and_metadata_addresses_are_refused_at_delivery(
     )
     (dead,) = d.dead_letters()
     assert dead["MessageAttributes"]["reason"]["StringValue"] == "blocked_address"
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
+        "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1: refused though the rig allows loopback
+        "64:ff9b:1::a00:1",  # local-use NAT64
+        "2002:a9fe:a9fe::1",  # 6to4 of 169.254.169.254
+        "::a9fe:a9fe",  # IPv4-compatible
+        "fec0::1",  # site-local
+    ],
+)
+def test_a_name_resolving_to_an_ipv6_form_of_a_private_address_is_refused_at_delivery(
+    delivery: Delivery, monkeypatch: pytest.MonkeyPatch, address: str
+) -> None:
+    d = delivery
+    asked: list[str] = []
+
+    def resolve(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return [address]
+
+    monkeypatch.setattr(http_target, "resolve", resolve)
+    timer_id = d.fire("https://hooks.example.com/x")  # public-looking: valid at create
+    assert d.handle(d.receive()) == []
+    assert asked == ["hooks.example.com"]
+    (fire,) = d.history(timer_id)
+    assert (fire["status"], fire["reason"], fire["attempts"]) == ("failed", "blocked_address", 1)
 
 
 def test_one_tenants_slow_endpoint_does_not_delay_anothers(delivery: Delivery) -> None:
@@ -321,6 +352,53 @@ def test_a_url_target_is_validated_at_create_and_patch_and_changes_nothing(
     assert reply.body["target"] == {"url": "https://example.org/n", "headers": {"X-A": "1"}}
     back = api.call("PATCH", f"/v1/timers/{made['id']}", body={"target": None})
     assert back.body["target"] == {"queue_url": api.queues["acme"]}
+
+
+def test_an_unsendable_target_is_a_400_on_its_field_at_create_and_patch_and_changes_nothing(
+    rig: Rig,  # noqa: F811
+) -> None:
+    """What http.client would refuse at send time (and the old checks let through) is refused
+    with the contract's error body, naming the field."""
+    api = rig.api
+    bad = [
+        ({"url": "https://example.com/x", "headers": {"X-Foo": "v\n"}}, "target.headers.X-Foo"),
+        ({"url": "https://example.com/x", "headers": {"X-Foo\n": "v"}}, "target.headers.X-Foo\n"),
+        ({"url": "https://example.com/gr\u00fc\u00dfe"}, "target.url"),
+        ({"url": "https://2130706433/x"}, "target.url"),  # 127.0.0.1 to inet_aton
+    ]
+    made = api.create(
+        schedule=after(60), target={"url": "https://example.com/h", "headers": {"X-Foo": "v"}}
+    )
+    for target, field in bad:
+        for method, path in (("POST", "/v1/timers"), ("PATCH", f"/v1/timers/{made['id']}")):
+            reply = api.call(method, path, body={"schedule": after(60), "target": target})
+            assert reply.status == 400, (method, target, reply.body)
+            error = reply.body["error"]
+            assert error["code"] == "validation_error" and isinstance(error["message"], str)
+            assert [d["field"] for d in error["details"]] == [field], (method, error)
+    (only,) = api.call("GET", "/v1/timers").body["items"]
+    assert only["id"] == made["id"]
+    assert api.call("GET", f"/v1/timers/{made['id']}").body == made
+
+
+def test_a_target_stored_before_validation_caught_it_fails_at_once(
+    delivery: Delivery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A header ending in a newline, as the old header check let through: the first attempt
+    fails ``invalid_target`` without sending anything, and it is not retried."""
+    d, server = delivery, delivery.server
+
+    def unchecked(url: str, headers: dict[str, str], allow_loopback: bool) -> Any:
+        return Webhook(url, tuple(headers.items())), []
+
+    monkeypatch.setattr(service_module, "validate_target", unchecked)
+    timer_id = d.fire(server.on("/ok"), headers={"X-Foo": "v\n"})
+    assert d.handle(d.receive()) == []  # not a batch item failure: no retry
+    (fire,) = d.history(timer_id)
+    assert (fire["status"], fire["reason"], fire["attempts"]) == ("failed", "invalid_target", 1)
+    (dead,) = d.dead_letters()
+    assert dead["MessageAttributes"]["reason"]["StringValue"] == "invalid_target"
+    assert server.received == [] and d.receive() == []
 
 
 def test_a_rotated_secret_and_the_old_one_both_sign_during_the_window(

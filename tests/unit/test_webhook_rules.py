@@ -56,6 +56,19 @@ from timers.delivery import DeliveryDeps, Message, deliver, deliver_batch
             "target.headers.Transfer-Encoding",
         ),
         ("https://example.com/hook", {"X-Bad": "a\r\nb"}, "target.headers.X-Bad"),
+        # a final newline: "$" in a regex matches before it (http.client refuses it at send)
+        ("https://example.com/hook", {"X-Foo": "v\n"}, "target.headers.X-Foo"),
+        ("https://example.com/hook", {"X-Foo\n": "v"}, "target.headers.X-Foo\n"),
+        ("https://example.com/hook", {"X-Foo": "\u20ac"}, "target.headers.X-Foo"),  # not Latin-1
+        ("https://example.com/gr\u00fc\u00dfe", None, "target.url"),  # sent as ASCII
+        ("https://example.com/h?q=\u00fc", None, "target.url"),
+        ("https://example.com/h\x7f", None, "target.url"),
+        ("https://a..b/hook", None, "target.url"),  # not IDNA-encodable
+        # IPv4 addresses only as a dotted quad: inet_aton reads these as 127.0.0.1
+        ("https://2130706433/hook", None, "target.url"),
+        ("https://0x7f.1/hook", None, "target.url"),
+        ("https://0177.0.0.1/hook", None, "target.url"),
+        ("https://127.1/hook", None, "target.url"),
         ("https://example.com/hook", {"bad name": "v"}, "target.headers.bad name"),
         ("https://example.com/hook", {f"x-h{i}": "v" for i in range(11)}, "target.headers"),
         ("http://127.0.0.1:8080/hook", None, "target.url"),  # loopback not allowed here
@@ -75,6 +88,14 @@ def test_good_targets_and_loopback_only_when_allowed() -> None:
     assert validate_target("http://127.0.0.1:9/h", None, allow_loopback=True)[0] is not None
     assert validate_target("http://localhost:9/h", None, allow_loopback=True)[0] is not None
     assert validate_target("http://10.0.0.1/h", None, allow_loopback=True)[0] is None
+    # the rest of 127/8 is refused at delivery even with the setting: no http:// for it either
+    assert validate_target("http://127.0.0.2:9/h", None, allow_loopback=True)[0] is None
+    for url in (
+        "https://b\u00fccher.example/h",
+        "https://93.184.216.34/h",
+        "https://[2001:4860::1]/",
+    ):
+        assert validate_target(url, None) == (Webhook(url), [])
     assert Webhook("https://Example.com/h").origin == "https://example.com:443"
 
 
@@ -111,32 +132,88 @@ def test_during_a_rotation_both_secrets_sign() -> None:
 @pytest.mark.parametrize(
     ("address", "allowed"),
     [
+        # public unicast
         ("93.184.216.34", True),
+        ("8.8.8.8", True),
         ("2606:2800:220:1:248:1893:25c8:1946", True),
-        ("127.0.0.1", False),
-        ("::1", False),
-        ("10.1.2.3", False),
-        ("172.16.0.1", False),
-        ("192.168.1.1", False),
-        ("169.254.169.254", False),  # EC2/ECS metadata
-        ("fd00:ec2::254", False),  # EC2 metadata over IPv6
-        ("fe80::1", False),
-        ("100.64.0.1", False),  # shared (CGNAT)
+        ("2a05:d018::1", True),
+        # IPv4 special-purpose ranges
         ("0.0.0.0", False),
-        ("224.0.0.1", False),
-        ("::ffff:127.0.0.1", False),  # v4-mapped loopback
+        ("0.1.2.3", False),  # "this network"
+        ("10.1.2.3", False),
+        ("100.64.0.1", False),  # shared (CGNAT)
+        ("127.0.0.1", False),
+        ("127.8.8.8", False),
+        ("169.254.169.254", False),  # EC2/ECS metadata
+        ("172.16.0.1", False),
+        ("172.31.255.255", False),
+        ("192.0.0.9", False),  # IETF assignments (is_global says True on some Pythons)
+        ("192.0.2.1", False),  # documentation
+        ("192.88.99.1", False),  # 6to4 relay anycast
+        ("192.168.1.1", False),
+        ("198.18.0.1", False),  # benchmarking
+        ("198.51.100.1", False),
+        ("203.0.113.1", False),
+        ("224.0.0.1", False),  # multicast
+        ("240.0.0.1", False),  # reserved
+        ("255.255.255.255", False),
+        # IPv6 special-purpose ranges
+        ("::", False),
+        ("::1", False),
+        ("100::1", False),  # discard
+        ("2001:db8::1", False),  # documentation
+        ("3fff::1", False),  # documentation
+        ("5f00::1", False),  # SRv6
+        ("fd00:ec2::254", False),  # EC2 metadata over IPv6 (unique local)
+        ("fc00::1", False),
+        ("fe80::1", False),
+        ("fe80::1%eth0", False),
+        ("fec0::1", False),  # site-local
+        ("ff02::1", False),  # multicast
+        ("4000::1", False),  # outside 2000::/3: not allocated for global unicast
+        # IPv6 that carries IPv4: judged by the IPv4 address
+        ("::ffff:127.0.0.1", False),  # IPv4-mapped
         ("::ffff:10.0.0.1", False),
+        ("::ffff:169.254.169.254", False),
+        ("::ffff:93.184.216.34", True),
+        ("64:ff9b::a9fe:a9fe", False),  # NAT64 of 169.254.169.254
+        ("64:ff9b::7f00:1", False),  # NAT64 of 127.0.0.1
+        ("64:ff9b::a00:1", False),  # NAT64 of 10.0.0.1
+        ("64:ff9b::5db8:d822", True),  # NAT64 of 93.184.216.34: what DNS64 answers
+        ("2002:a9fe:a9fe::1", False),  # 6to4 of 169.254.169.254
+        ("2002:c0a8:101::1", False),  # 6to4 of 192.168.1.1
+        ("2002:5db8:d822::1", True),  # 6to4 of 93.184.216.34
+        # refused whatever they carry
+        ("64:ff9b:1::a9fe:a9fe", False),  # local-use NAT64: the IPv4 sits where the site says
+        ("64:ff9b:1::5db8:d822", False),
+        ("::a9fe:a9fe", False),  # IPv4-compatible (deprecated)
+        ("::5db8:d822", False),
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", False),  # Teredo
+        ("2001:0:5db8:d822::1", False),
         ("not an ip", False),
+        ("", False),
     ],
 )
 def test_only_public_addresses_are_allowed(address: str, allowed: bool) -> None:
     assert address_allowed(address) is allowed
 
 
-def test_loopback_is_allowed_only_by_the_setting() -> None:
-    assert address_allowed("127.0.0.1", allow_loopback=True)
-    assert address_allowed("::1", allow_loopback=True)
-    assert not address_allowed("10.0.0.1", allow_loopback=True)
+@pytest.mark.parametrize(
+    ("address", "allowed"),
+    [
+        ("127.0.0.1", True),
+        ("::1", True),
+        ("127.0.0.2", False),
+        ("::ffff:127.0.0.1", False),
+        ("64:ff9b::7f00:1", False),
+        ("2002:7f00:1::1", False),
+        ("10.0.0.1", False),
+    ],
+)
+def test_the_loopback_setting_admits_127_0_0_1_and_ipv6_loopback_only(
+    address: str, allowed: bool
+) -> None:
+    assert address_allowed(address, allow_loopback=True) is allowed
 
 
 @pytest.mark.parametrize(
@@ -199,7 +276,19 @@ def test_loopback_is_refused_without_the_setting(server: WebhookServer) -> None:
 
 
 @pytest.mark.parametrize(
-    "address", ["10.0.0.7", "169.254.169.254", "fd00:ec2::254", "192.168.0.1", "::1"]
+    "address",
+    [
+        "10.0.0.7",
+        "169.254.169.254",
+        "fd00:ec2::254",
+        "192.168.0.1",
+        "::1",
+        "64:ff9b::a9fe:a9fe",  # NAT64 of the metadata endpoint
+        "64:ff9b:1::a00:7",
+        "2002:a9fe:a9fe::1",  # 6to4 of it
+        "::a9fe:a9fe",
+        "fec0::1",
+    ],
 )
 def test_names_that_resolve_to_private_or_metadata_addresses_are_refused(address: str) -> None:
     def resolver(host: str, port: int) -> list[str]:
@@ -216,6 +305,31 @@ def test_the_connected_peer_is_checked_again(server: WebhookServer) -> None:
                                              allow_loopback=False, timeout=5)  # fmt: skip
     with pytest.raises(http_target._Blocked):
         conn.connect()
+
+
+@pytest.mark.parametrize(
+    ("path", "headers"),
+    [
+        ("/ok", {"X-Foo": "v\n"}),
+        ("/ok", {"X-Foo\n": "v"}),
+        ("/ok", {"X-Foo": "\u20ac"}),  # not Latin-1
+        ("/gr\u00fc\u00dfe", {}),  # the request line is ASCII
+        ("/a\x01b", {}),
+    ],
+)
+def test_a_target_http_client_refuses_to_send_fails_at_once_unsent(
+    server: WebhookServer, path: str, headers: dict[str, str]
+) -> None:
+    """Stored before validation caught it: retrying would only fail the same way for 24 h."""
+    url = server.on("/ok").replace("/ok", path)
+    got = http_target.post(url, b"{}", headers, allow_loopback=True)
+    assert got == Attempt(error="invalid_target") and verdict(got) == "failed"
+    assert server.received == []
+
+
+def test_a_host_name_that_does_not_idna_encode_fails_at_once() -> None:
+    got = http_target.post("https://a..b/x", b"{}", {})  # the real resolver
+    assert got == Attempt(error="invalid_target")
 
 
 def test_redirects_are_not_followed(server: WebhookServer) -> None:

@@ -89,7 +89,7 @@ def post(
     *,
     allow_loopback: bool = False,
     timeout_s: float = ATTEMPT_TIMEOUT_S,
-    resolver: Resolver = resolve,
+    resolver: Resolver | None = None,  # None: ``resolve``, looked up now (tests replace it)
     clock: Callable[[], float] = time.monotonic,
 ) -> Attempt:
     """POST ``body`` to ``url``; the answer's status, or why there was none."""
@@ -103,8 +103,10 @@ def post(
         return Attempt(error="invalid_target")
     started = clock()
     try:
-        addresses = resolver(host, port)
-    except (OSError, UnicodeError):
+        addresses = (resolver or resolve)(host, port)
+    except UnicodeError:  # the name does not IDNA-encode: it never will
+        return Attempt(error="invalid_target")
+    except OSError:
         return Attempt(error="connection_error")
     if not addresses or not all(address_allowed(a, allow_loopback) for a in addresses):
         return Attempt(error="blocked_address")
@@ -117,6 +119,13 @@ def post(
         conn = _PinnedHTTPSConnection(host, port, addresses[0], allow_loopback, left, _TLS)
     else:
         conn = _PinnedHTTPConnection(host, port, addresses[0], allow_loopback, left)
+    try:
+        _put_request(conn, path, headers, len(body))
+    except (http.client.InvalidURL, ValueError):  # UnicodeEncodeError is a ValueError
+        # http.client refuses the request line or a header (a target stored before validation
+        # caught it): no retry would change that.
+        conn.close()
+        return Attempt(error="invalid_target")
     # Socket timeouts bound each read, not the whole answer (a server may trickle bytes): a
     # watchdog shuts the socket down when the attempt's time is up.
     cut = threading.Event()
@@ -124,14 +133,7 @@ def post(
     watchdog.daemon = True
     watchdog.start()
     try:
-        conn.putrequest("POST", path, skip_accept_encoding=True)
-        sent = {k.lower(): v for k, v in headers.items() if k.lower() != "content-type"}
-        sent.setdefault("user-agent", USER_AGENT)
-        for name, value in sent.items():
-            conn.putheader(name, value)
-        conn.putheader("content-type", "application/json")
-        conn.putheader("content-length", str(len(body)))
-        conn.endheaders(body)
+        conn.endheaders(body)  # connects, then sends
         if conn.sock is not None:  # the rest of the budget for the answer
             conn.sock.settimeout(max(0.1, timeout_s - (clock() - started)))
         response = conn.getresponse()
@@ -151,6 +153,17 @@ def post(
     finally:
         watchdog.cancel()
         conn.close()
+
+
+def _put_request(conn: Any, path: str, headers: Mapping[str, str], length: int) -> None:
+    """Buffer the request line and headers; http.client checks each here, before connecting."""
+    conn.putrequest("POST", path, skip_accept_encoding=True)
+    sent = {k.lower(): v for k, v in headers.items() if k.lower() != "content-type"}
+    sent.setdefault("user-agent", USER_AGENT)
+    for name, value in sent.items():
+        conn.putheader(name, value)
+    conn.putheader("content-type", "application/json")
+    conn.putheader("content-length", str(length))
 
 
 def _abort(conn: Any, cut: threading.Event) -> None:

@@ -205,7 +205,7 @@ class CachedAuthenticator:
 
 
 def validate_name(name: str) -> None:
-    if not TENANT_NAME.match(name):
+    if not TENANT_NAME.fullmatch(name):
         raise InvalidInput(
             "invalid tenant name",
             [FieldError("name", "1-40 characters: lower-case letters, digits and '-'")],

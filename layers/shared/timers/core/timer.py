@@ -33,7 +33,7 @@ Status = Literal["active", "paused", "completed"]
 STATUSES: tuple[Status, ...] = ("active", "paused", "completed")
 
 PAYLOAD_LIMIT_BYTES = 64 * 1024
-TENANT_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")  # use fullmatch: "$" matches before a \n
 _TIMING_FIELDS = frozenset({"schedule", "start_ms", "end_ms", "max_fires"})
 _READ_ONLY = frozenset(
     {

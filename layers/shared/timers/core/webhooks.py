@@ -48,8 +48,10 @@ BACKOFF_MAX_S = 3_600.0
 RESPONSE_BODY_MAX = 4_096
 """Bytes of an answer's body read (then dropped: never stored nor logged)."""
 
-_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 header field name
-_VALUE = re.compile(r"^[\t\x20-\x7e\x80-\xff]*$")  # no CR, LF or other controls
+# Used with fullmatch: ``$`` would also match before a final newline.
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 header field name
+_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")  # no CR, LF or other controls; Latin-1
+_NUMERIC_LABEL = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,9 @@ class Webhook:
 
 
 def is_loopback_host(host: str) -> bool:
+    """127.0.0.1, ::1 or localhost: what address_allowed admits when loopback is allowed."""
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(host) in LOOPBACK_TARGETS
     except ValueError:
         return host.lower() == "localhost"
 
@@ -92,7 +95,9 @@ def validate_target(
 
     HTTPS only, no credentials, at most URL_MAX_CHARS; ``http://`` is accepted only for a
     loopback host when the deployment allows loopback targets (the local stack, for tests).
-    Addresses are checked again at delivery, where the name is resolved.
+    Whatever http.client would refuse to send (a non-ASCII path, a control character, a line
+    break in a header) is refused here, so it never becomes a fire that cannot be sent.
+    Addresses are checked at delivery, where the name is resolved.
     """
     errors: list[FieldError] = []
     if not isinstance(url, str) or not url:
@@ -111,8 +116,12 @@ def validate_target(
         errors.append(FieldError("target.url", "must use https"))
     if parts.username is not None or parts.password is not None or "@" in parts.netloc:
         errors.append(FieldError("target.url", "must not contain credentials"))
-    if any(c.isspace() or ord(c) < 0x20 for c in url) or parts.fragment:
-        errors.append(FieldError("target.url", "must not contain whitespace or a fragment"))
+    if any(c.isspace() or ord(c) < 0x20 or c == "\x7f" for c in url) or parts.fragment:
+        errors.append(FieldError("target.url", "must have no whitespace, controls or fragment"))
+    elif not (parts.path + parts.query).isascii():  # http.client sends the path as ASCII
+        errors.append(FieldError("target.url", "path and query must be ASCII (percent-encode)"))
+    if host and not _host_sendable(host):
+        errors.append(FieldError("target.url", "host is not a valid host name or IP address"))
     pairs: list[tuple[str, str]] = []
     if headers is not None:
         if not isinstance(headers, Mapping):
@@ -124,7 +133,7 @@ def validate_target(
             for name, value in headers.items():
                 where = f"target.headers.{name}"
                 low = str(name).lower()
-                if not isinstance(name, str) or not _TOKEN.match(name):
+                if not isinstance(name, str) or not _TOKEN.fullmatch(name):
                     errors.append(FieldError(where, "is not a valid header name"))
                 elif len(name) > HEADER_NAME_MAX:
                     errors.append(FieldError(where, f"name over {HEADER_NAME_MAX} characters"))
@@ -132,8 +141,8 @@ def validate_target(
                     errors.append(FieldError(where, "is set by the service"))
                 elif low in seen:
                     errors.append(FieldError(where, "appears twice"))
-                elif not isinstance(value, str) or not _VALUE.match(value):
-                    errors.append(FieldError(where, "must be a string without line breaks"))
+                elif not isinstance(value, str) or not _VALUE.fullmatch(value):
+                    errors.append(FieldError(where, "must be Latin-1 text without line breaks"))
                 elif len(value) > HEADER_VALUE_MAX:
                     errors.append(FieldError(where, f"over {HEADER_VALUE_MAX} characters"))
                 else:
@@ -142,6 +151,23 @@ def validate_target(
     if errors:
         return None, errors
     return Webhook(url, tuple(pairs)), []
+
+
+def _host_sendable(host: str) -> bool:
+    """An IP literal, or a name that IDNA-encodes (as the resolver and the Host header will)
+    and is not a number: ``2130706433``, ``0x7f.1`` or ``0177.0.0.1`` are IPv4 addresses to
+    inet_aton but not to every parser, so only the dotted-quad form of an address is taken."""
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return False
+    last = host.removesuffix(".").rsplit(".", 1)[-1]
+    return not _NUMERIC_LABEL.fullmatch(last)
 
 
 # ---------------------------------------------------------------- signatures
@@ -177,19 +203,79 @@ def signed_headers(
 # ---------------------------------------------------------------- addresses
 
 
+def _networks(*cidrs: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    return tuple(ipaddress.ip_network(c) for c in cidrs)
+
+
+# The IANA special-purpose registries, spelled out: ``is_global`` changes between Python
+# versions, and this list is what the guard promises.
+DENIED_IPV4 = _networks(
+    "0.0.0.0/8",  # "this network"
+    "10.0.0.0/8",  # private
+    "100.64.0.0/10",  # shared (CGNAT)
+    "127.0.0.0/8",  # loopback
+    "169.254.0.0/16",  # link-local: the EC2/ECS metadata endpoints
+    "172.16.0.0/12",  # private
+    "192.0.0.0/24",  # IETF protocol assignments
+    "192.0.2.0/24",  # documentation
+    "192.88.99.0/24",  # 6to4 relay anycast
+    "192.168.0.0/16",  # private
+    "198.18.0.0/15",  # benchmarking
+    "198.51.100.0/24",  # documentation
+    "203.0.113.0/24",  # documentation
+    "224.0.0.0/4",  # multicast
+    "240.0.0.0/4",  # reserved, and the broadcast 255.255.255.255
+)
+DENIED_IPV6 = _networks(
+    "::/96",  # unspecified, loopback, IPv4-compatible (deprecated; some stacks tunnel them)
+    "64:ff9b:1::/48",  # local-use NAT64: where the IPv4 address sits is the site's choice
+    "100::/64",  # discard
+    "2001::/23",  # IETF protocol assignments, Teredo (2001::/32) among them
+    "2001:db8::/32",  # documentation
+    "3fff::/20",  # documentation
+    "5f00::/16",  # segment routing SIDs
+    "fc00::/7",  # unique local: fd00:ec2::254, the EC2 metadata endpoint, among them
+    "fe80::/10",  # link-local
+    "fec0::/10",  # site-local (deprecated, still routed by some stacks)
+    "ff00::/8",  # multicast
+)
+GLOBAL_UNICAST_IPV6 = ipaddress.IPv6Network("2000::/3")
+"""The only IPv6 space allocated for global unicast: anything else not carrying an IPv4
+address is refused too, whatever a future registry entry says."""
+
+_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # the well-known prefix (RFC 6052)
+_6TO4 = ipaddress.IPv6Network("2002::/16")
+LOOPBACK_TARGETS = frozenset({ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")})
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address packets to ``ip`` end up at, for the forms that carry one: IPv4-mapped
+    and NAT64 (the last 32 bits), 6to4 (bits 16-48). None for any other address."""
+    if ip in _MAPPED or ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFF_FFFF)
+    if ip in _6TO4:
+        return ipaddress.IPv4Address((int(ip) >> 80) & 0xFFFF_FFFF)
+    return None
+
+
 def address_allowed(address: str, allow_loopback: bool = False) -> bool:
-    """Only public unicast addresses: no loopback (unless allowed), private, link-local (the
-    cloud metadata endpoints 169.254.169.254 and fd00:ec2::254 among them), shared (CGNAT),
-    multicast, reserved or unspecified ones."""
+    """Only public unicast addresses (DENIED_IPV4, DENIED_IPV6; IPv6 outside 2000::/3). An
+    IPv6 address that carries an IPv4 one (mapped, NAT64, 6to4) is judged by that IPv4
+    address: a public one is reachable that way (an IPv6-only network's DNS64 answers so),
+    a private one would reach inside. ``allow_loopback`` admits 127.0.0.1 and ::1 only."""
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    if ip.is_loopback:
+    if ip in LOOPBACK_TARGETS:
         return allow_loopback
-    return ip.is_global and not ip.is_multicast
+    if isinstance(ip, ipaddress.IPv6Address):
+        inner = embedded_ipv4(ip)
+        if inner is None:
+            return ip in GLOBAL_UNICAST_IPV6 and not any(ip in n for n in DENIED_IPV6)
+        ip = inner
+    return not any(ip in n for n in DENIED_IPV4)
 
 
 # ---------------------------------------------------------------- outcomes and retries
@@ -239,7 +325,8 @@ class DeliveryState:
 
 def verdict(attempt: Attempt) -> Verdict:
     """2xx delivers; 408, 429, 5xx, timeouts and connection errors are retried; other answers
-    (3xx: redirects are not followed; 4xx) and refused addresses fail at once."""
+    (3xx: redirects are not followed; 4xx), refused addresses and targets that cannot be sent
+    (``invalid_target``) fail at once."""
     if attempt.status is not None:
         if 200 <= attempt.status < 300:
             return "delivered"
