@@ -16,6 +16,7 @@ from pynamodb.models import Model
 from ops import template
 from timers.adapters import claims, idempotency, tenants, timers_table, wakeups
 from timers.config import LOCAL_ONLY, Settings
+from timers.core.webhooks import RETRY_FOR_MS, backoff_s
 
 FUNCTIONS = template.resources("AWS::Serverless::Function")
 TABLES = template.resources("AWS::DynamoDB::Table")
@@ -163,3 +164,24 @@ def test_the_functions_route_table_serves_exactly_the_template_routes() -> None:
         assert set(app.route_methods(path)) == methods, path
     assert app.route_methods("/v1/timers/tmr_x/nope") == {}
     assert app.route_methods("/v1") == {}
+
+
+def test_a_message_the_delivery_function_keeps_failing_on_is_redriven_to_be_settled() -> None:
+    queues = template.resources("AWS::SQS::Queue")
+    delivery = queues["DeliveryQueue"]
+    redrive = delivery["RedrivePolicy"]
+    moved_to = template.Tag("GetAtt", "DeliveryRedriveQueue.Arn")
+    assert redrive["deadLetterTargetArn"] == moved_to
+    assert FUNCTIONS["DeliveryFunction"]["Events"]["Redriven"]["Properties"]["Queue"] == moved_to
+    assert "RedrivePolicy" not in queues["DeliveryRedriveQueue"]  # it waits to be settled
+    # Receives are attempts (deferrals re-send the message): the most a fire's 24 h of retries
+    # can make (every backoff its shortest) stay below maxReceiveCount ...
+    attempts, elapsed_s = 1, 0.0
+    while elapsed_s * 1000 < RETRY_FOR_MS:
+        elapsed_s += backoff_s(attempts, 0.0)
+        attempts += 1
+    assert attempts < redrive["maxReceiveCount"]
+    # ... and a message the function crashes on (back after each visibility timeout) reaches it
+    # well before SQS's retention would drop it silently.
+    crashing_s = redrive["maxReceiveCount"] * delivery["VisibilityTimeout"]
+    assert 2 * crashing_s < delivery["MessageRetentionPeriod"]
