@@ -1,9 +1,12 @@
-"""Delivery (SQS event source on the delivery queue): POST each fire to its HTTP target.
+"""Delivery (SQS event sources on the delivery queue and its redrive queue): POST each fire to
+its HTTP target; settle what SQS gave up on.
 
 Thin: turn the batch into messages, deliver them (``timers.delivery``), set the visibility
 timeout of each message to retry, and answer with the batch item failures through powertools'
-batch utility (``ReportBatchItemFailures``): a delivered or failed message is deleted, one to
-retry comes back when its visibility timeout ends.
+batch utility (``ReportBatchItemFailures``): a delivered, failed or deferred (sent again with a
+delay) message is deleted, one to retry comes back when its visibility timeout ends. A batch
+from the redrive queue (messages the function kept failing on) is settled instead: each fire
+fails ``dead_lettered`` and its message goes on to the dead-letter queue.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from timers.delivery import (
     Message,
     dead_letter_body,
     deliver_batch,
+    requeue_body,
+    settle_batch,
     summary,
 )
 from timers.runtime import bind_tables, wall_clock_ms
@@ -88,16 +93,33 @@ def deps() -> DeliveryDeps:
         queue = settings_.delivery_dlq_url
         sqs().send_message(QueueUrl=queue, **dead_letter_body(message, reason))
 
+    def requeue(message: Message, delay_s: int) -> None:
+        queue = settings_.delivery_queue_url
+        sqs().send_message(QueueUrl=queue, **requeue_body(message, delay_s))
+
     return DeliveryDeps(
         records=ClaimStore(settings_.claims_table, settings_.fire_retention_days, dynamodb),
-        slots=TargetSlots(settings_.claims_table, settings_.webhook_target_concurrency, dynamodb),
+        slots=TargetSlots(
+            settings_.claims_table,
+            per_origin=settings_.webhook_target_concurrency,
+            per_tenant=settings_.webhook_tenant_concurrency,
+            client=dynamodb,
+        ),
         secrets=_SecretCache(),
         post=lambda url, body, headers: http_target.post(
             url, body, headers, allow_loopback=allow_loopback
         ),
         dead_letter=dead_letter,
+        requeue=requeue,
         clock=wall_clock_ms,
     )
+
+
+def _redriven(records: list[dict[str, Any]]) -> bool:
+    """Is this batch from the redrive queue? (An event holds one event source's records.)"""
+    queue = settings().delivery_redrive_queue_url.rsplit("/", 1)[-1]
+    source = str(records[0].get("eventSourceARN", "")) if records else ""
+    return bool(queue) and source.rsplit(":", 1)[-1] == queue
 
 
 def _retry_later(record: SQSRecord, seconds: int) -> None:
@@ -114,7 +136,9 @@ def _retry_later(record: SQSRecord, seconds: int) -> None:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     started = time.monotonic()
     records = event.get("Records") or []
-    report: BatchReport = deliver_batch([Message.from_record(r) for r in records], deps())
+    messages = [Message.from_record(r) for r in records]
+    work = settle_batch if _redriven(records) else deliver_batch
+    report: BatchReport = work(messages, deps())
 
     def record_handler(record: SQSRecord) -> None:
         outcome = report.outcomes.get(record.message_id)

@@ -3,7 +3,8 @@ server on 127.0.0.1, with moto (DynamoDB, SQS) and a real redis-server; time inj
 
 The delivery function's handler runs as Lambda's SQS event source would call it (an SQS event of
 the received messages); a retry is observed as the message's batch item failure and its new
-visibility timeout, then "time passes" by making the message visible again.
+visibility timeout, then "time passes" by making the message visible again. A deferral's
+re-sent copy is recorded with its delay and sent visible at once (its delay has passed).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -40,7 +42,15 @@ from timers import service as service_module
 from timers.adapters import http_target, tenants
 from timers.adapters.target_slots import TargetSlots
 from timers.core.webhooks import Attempt, Webhook
-from timers.delivery import DeliveryDeps, dead_letter_body
+from timers.delivery import (
+    DEAD_LETTERED,
+    DEFER_MAX_S,
+    DeliveryDeps,
+    Message,
+    dead_letter_body,
+    deliver_batch,
+    requeue_body,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -58,6 +68,8 @@ class Delivery:
         template.create_queues(self.sqs)
         self.queue = self.sqs.get_queue_url(QueueName="DeliveryQueue")["QueueUrl"]
         self.dlq = self.sqs.get_queue_url(QueueName="DeliveryDeadLetterQueue")["QueueUrl"]
+        self.redrive = self.sqs.get_queue_url(QueueName="DeliveryRedriveQueue")["QueueUrl"]
+        self.delays: list[int] = []  # of each deferral's re-sent copy
         self.timeout_s = 5.0
         self.wall_clock = False  # sign with the real time (standardwebhooks checks it)
         the_rig.api.runtime.service.allow_loopback_targets = True
@@ -70,24 +82,37 @@ class Delivery:
         def clock() -> int:
             return time.time_ns() // 1_000_000 if self.wall_clock else the_rig.clock()
 
+        def requeue(message: Message, delay_s: int) -> None:
+            self.delays.append(delay_s)
+            body = {**requeue_body(message, delay_s), "DelaySeconds": 0}
+            self.sqs.send_message(QueueUrl=self.queue, **body)
+
+        self.slots = TargetSlots(SETTINGS.claims_table, 8, 16, boto3.client("dynamodb"))
         self.deps = DeliveryDeps(
             records=the_rig.claims,
-            slots=TargetSlots(SETTINGS.claims_table, 8, boto3.client("dynamodb")),
+            slots=self.slots,
             secrets=lambda tenant: tenants.signing_secrets(tenant, the_rig.clock()),
             post=post,
             dead_letter=lambda m, reason: self.sqs.send_message(
                 QueueUrl=self.dlq, **dead_letter_body(m, reason)
             ),
+            requeue=requeue,
             clock=clock,
             jitter=lambda: 0.0,
         )
-        settings = replace(SETTINGS, delivery_queue_url=self.queue)
+        settings = replace(
+            SETTINGS, delivery_queue_url=self.queue, delivery_redrive_queue_url=self.redrive
+        )
         monkeypatch.setattr(delivery_app, "deps", lambda: self.deps)
         monkeypatch.setattr(delivery_app, "settings", lambda: settings)
         monkeypatch.setattr(delivery_app, "sqs", lambda: self.sqs)
         self.source = QueueSourceSpec(
             "DeliveryFunction", "DeliveryFunction.Deliveries", self.queue,
             "arn:aws:sqs:us-east-1:123456789012:DeliveryQueue", 10, 0, True, None,
+        )  # fmt: skip
+        self.redriven = QueueSourceSpec(
+            "DeliveryFunction", "DeliveryFunction.Redriven", self.redrive,
+            "arn:aws:sqs:us-east-1:123456789012:DeliveryRedriveQueue", 10, 0, True, 2,
         )  # fmt: skip
 
     def fire(self, url: str, headers: dict[str, str] | None = None, **timer: Any) -> str:
@@ -99,24 +124,26 @@ class Delivery:
         assert report.enqueued == 1, report
         return str(made["id"])
 
-    def receive(self) -> list[dict[str, Any]]:
+    def receive(self, queue: str | None = None) -> list[dict[str, Any]]:
         got = self.sqs.receive_message(
-            QueueUrl=self.queue,
+            QueueUrl=queue or self.queue,
             MaxNumberOfMessages=10,
             AttributeNames=["All"],
             MessageAttributeNames=["All"],
         )
         return list(got.get("Messages", []))
 
-    def handle(self, messages: list[dict[str, Any]]) -> list[str]:
-        """Run the handler on these messages; delete what it did not report failed, as the
-        event source does. Returns the failed message ids."""
-        event = sqs_event(messages, self.source, "us-east-1")
+    def handle(self, messages: list[dict[str, Any]], redriven: bool = False) -> list[str]:
+        """Run the handler on these messages (of the delivery queue, or of the redrive queue);
+        delete what it did not report failed, as the event source does. Returns the failed
+        message ids."""
+        source = self.redriven if redriven else self.source
+        event = sqs_event(messages, source, "us-east-1")
         response = delivery_app.handler(event, LambdaContext(function_name="delivery"))
         failed = [f["itemIdentifier"] for f in response.get("batchItemFailures", [])]
         done = [m for m in messages if m["MessageId"] not in failed]
         for m in done:
-            self.sqs.delete_message(QueueUrl=self.queue, ReceiptHandle=m["ReceiptHandle"])
+            self.sqs.delete_message(QueueUrl=source.queue_url, ReceiptHandle=m["ReceiptHandle"])
         return failed
 
     def make_visible(self, messages: list[dict[str, Any]]) -> None:
@@ -132,8 +159,8 @@ class Delivery:
         )
         return list(got.get("Messages", []))
 
-    def history(self, timer_id: str) -> list[dict[str, Any]]:
-        return self.rig.fires(timer_id)
+    def history(self, timer_id: str, tenant: str = "acme") -> list[dict[str, Any]]:
+        return self.rig.fires(timer_id, tenant)
 
 
 @pytest.fixture
@@ -314,6 +341,179 @@ def test_one_tenants_slow_endpoint_does_not_delay_anothers(delivery: Delivery) -
     assert d.handle(messages) == []
     # /slow answered only once /fast had its answer (or after its 30 s hold, which fails this)
     assert fast_seen.is_set()
+
+
+def max_receives() -> int:
+    """The delivery queue's maxReceiveCount: the receive that would move a message to the
+    redrive queue."""
+    queue = template.resources("AWS::SQS::Queue")["DeliveryQueue"]
+    return int(queue["RedrivePolicy"]["maxReceiveCount"])
+
+
+def fire_all(d: Delivery, timers: list[tuple[str, str]]) -> tuple[list[str], list[Message]]:
+    """Create a timer per (tenant, url), due at T0 + 1 s, fire them, and receive every message."""
+    ids = [
+        str(d.rig.api.create(tenant, schedule=after(1), target={"url": url})["id"])
+        for tenant, url in timers
+    ]
+    until_armed(d.rig, T0 + 1_000)
+    (report,) = d.rig.run(delivery_queue_url=d.queue)
+    assert report.enqueued == len(timers)
+    got: list[dict[str, Any]] = []
+    while len(got) < len(timers) and (more := d.receive()):
+        got += more
+    assert len(got) == len(timers)
+    order = {timer_id: i for i, timer_id in enumerate(ids)}
+    return ids, sorted(
+        (Message.from_record(sqs_event([m], d.source, "us-east-1")["Records"][0]) for m in got),
+        key=lambda m: order[m.attributes["fire_id"].rpartition(":")[0]],
+    )
+
+
+def as_received(m: Message) -> dict[str, Any]:
+    """A message back in receive_message's shape, for Delivery.handle."""
+    return {
+        "MessageId": m.message_id,
+        "ReceiptHandle": m.receipt_handle,
+        "Body": m.body,
+        "MessageAttributes": {
+            k: {"DataType": "String", "StringValue": v} for k, v in m.attributes.items()
+        },
+    }
+
+
+def test_a_tenant_saturating_an_origin_does_not_defer_anothers_messages_to_it(
+    delivery: Delivery,
+) -> None:
+    """acme holds 8 slow POSTs to an origin globex uses too: globex's fire to it is POSTed at
+    once; only acme's own 9th waits (sent again with a delay, no attempt counted)."""
+    d, server = delivery, delivery.server
+    release = threading.Event()
+    slow = server.on("/acme-slow", 200, hold=release)
+    fast = server.on("/globex", 200)  # the same origin: 127.0.0.1:<port>
+    ids, messages = fire_all(d, [("acme", slow)] * 9 + [("globex", fast)])
+    acme, globex = messages[:9], messages[9]
+
+    # Another sandbox POSTs acme's first 8: they hold the tenant's slots for that origin.
+    with ThreadPoolExecutor(1) as sandbox:
+        busy = sandbox.submit(deliver_batch, acme[:8], d.deps)
+        assert server.wait_for("/acme-slow", 8)
+        assert d.handle([as_received(globex), as_received(acme[8])]) == []
+        assert len(server.at("/globex")) == 1  # not deferred behind acme's POSTs
+        assert len(server.at("/acme-slow")) == 8 and d.delays == [1]  # acme's 9th deferred
+        (fire,) = d.history(ids[9], "globex")
+        assert fire["delivered_at"] is not None and fire["attempts"] == 1
+        (fire,) = d.history(ids[8])
+        assert (fire["status"], fire["attempts"]) == ("enqueued", 0)
+        release.set()
+        assert busy.result().count("delivered") == 8
+    for m in acme[:8]:
+        d.sqs.delete_message(QueueUrl=d.queue, ReceiptHandle=m.receipt_handle)
+    (again,) = d.receive()  # the deferred copy, back after its delay
+    assert again["MessageAttributes"]["deferrals"]["StringValue"] == "1"
+    assert d.handle([again]) == []
+    assert len(server.at("/acme-slow")) == 9
+    assert d.receive() == [] and d.dead_letters() == []
+
+
+def test_a_tenants_cap_holds_across_its_origins_and_each_tenant_has_its_own(
+    delivery: Delivery,
+) -> None:
+    """Slow POSTs to 16 subdomains of one domain fill acme's cap across origins: its 17th
+    origin waits, while globex's webhooks - to those same origins too - go on."""
+    d, server, slots, now = delivery, delivery.server, delivery.slots, delivery.rig.clock()
+    evil = [f"https://s{i}.evil.example" for i in range(17)]
+    held = [slots.acquire("acme", origin, now) for origin in evil[:16]]
+    assert all(held)
+    assert slots.acquire("acme", evil[16], now) is None  # the tenant's cap, not the origin's
+    pair, _ = TargetSlots.keys("acme", evil[16], now)
+    got = slots.client.get_item(TableName=SETTINGS.claims_table, Key={"k": {"S": pair}})
+    assert got["Item"]["inflight"]["N"] == "0"  # the origin's slot was given back
+    other = [slots.acquire("globex", origin, now) for origin in evil[8:]]  # 9 of them
+    assert all(other)
+    for keys in other:
+        slots.release(keys or ())
+
+    # Through the delivery function: acme's fire waits, globex's to the same origin is POSTed.
+    ids, messages = fire_all(d, [("acme", server.on("/a")), ("globex", server.on("/b"))])
+    assert d.handle([as_received(m) for m in messages]) == []
+    assert (len(server.at("/a")), len(server.at("/b")), d.delays) == (0, 1, [1])
+    assert d.history(ids[0])[0]["attempts"] == 0
+    assert d.history(ids[1], "globex")[0]["delivered_at"] is not None
+    slots.release(held[0] or ())
+    assert d.handle(d.receive()) == []  # a slot of acme's is free again
+    assert len(server.at("/a")) == 1
+
+
+def test_the_cap_per_tenant_and_origin(delivery: Delivery) -> None:
+    slots, now = delivery.slots, delivery.rig.clock()
+    origin = "https://shared.example"
+    taken = [slots.acquire("acme", origin, now) for _ in range(9)]
+    assert all(taken[:8]) and taken[8] is None
+    assert slots.acquire("acme", "https://other.example", now) is not None
+    assert slots.acquire("globex", origin, now) is not None
+    slots.release(taken[0] or ())
+    assert slots.acquire("acme", origin, now) is not None
+
+
+def test_deferrals_do_not_walk_a_message_toward_the_dead_letter_queue(
+    delivery: Delivery,
+) -> None:
+    """A message deferred more times than the queue's maxReceiveCount is never moved off the
+    queue: each deferral is a fresh message (receive count 1), and its delay grows."""
+    d, server = delivery, delivery.server
+    url = server.on("/busy", 200)
+    now = d.rig.clock()
+    held = [d.slots.acquire("acme", Webhook(url).origin, now) for _ in range(8)]
+    assert all(held)
+    timer_id = d.fire(url)
+    for _ in range(max_receives() + 1):
+        (m,) = d.receive()
+        assert m["Attributes"]["ApproximateReceiveCount"] == "1"
+        assert d.handle([m]) == []
+    assert d.delays[:6] == [1, 2, 4, 8, 16, 32] and max(d.delays) == DEFER_MAX_S // 2
+    assert d.receive(d.redrive) == [] and d.dead_letters() == []
+    (fire,) = d.history(timer_id)
+    assert (fire["status"], fire["attempts"]) == ("enqueued", 0)
+    assert server.received == []
+    for keys in held:
+        d.slots.release(keys or ())
+    assert d.handle(d.receive()) == []
+    (fire,) = d.history(timer_id)
+    assert (fire["attempts"], fire["last_status"]) == (1, 200)
+    assert fire["delivered_at"] is not None
+
+
+def test_a_message_sqs_dead_letters_ends_failed_with_its_reason_in_the_fire_history(
+    delivery: Delivery,
+) -> None:
+    """The function keeps failing on a message until SQS moves it (maxReceiveCount) to the
+    redrive queue; settling it there fails the fire (dead_lettered) and passes the message on
+    to the dead-letter queue with that reason."""
+    d = delivery
+    timer_id = d.fire(d.server.on("/x", 200))
+
+    def crash(url: str, body: bytes, headers: Mapping[str, str]) -> Attempt:
+        raise RuntimeError("the sandbox died")
+
+    d.deps.post = crash
+    receives = 0
+    while messages := d.receive():
+        assert d.handle(messages) == [m["MessageId"] for m in messages]
+        d.make_visible(messages)
+        receives += 1
+    assert receives == max_receives()
+    (fire,) = d.history(timer_id)
+    assert fire["status"] == "enqueued"  # nothing recorded why yet
+    moved = d.receive(d.redrive)
+    assert len(moved) == 1
+    assert d.handle(moved, redriven=True) == []
+    (fire,) = d.history(timer_id)
+    assert (fire["status"], fire["reason"], fire["attempts"]) == ("failed", DEAD_LETTERED, 0)
+    (dead,) = d.dead_letters()
+    assert dead["MessageAttributes"]["reason"]["StringValue"] == DEAD_LETTERED
+    assert json.loads(dead["Body"])["fire_id"] == f"{timer_id}:{T0 + 1_000}"
+    assert d.receive(d.redrive) == [] and d.receive() == []
 
 
 def test_a_url_target_is_validated_at_create_and_patch_and_changes_nothing(

@@ -14,7 +14,7 @@ LOCAL = {"REDIS_URL": "redis://127.0.0.1:6390/0", "REDIS_CLUSTER": "false"}
 
 def test_the_delivery_queue_is_an_event_source_of_the_delivery_function() -> None:
     spec = load_stack(LOCAL, aws_endpoint="http://127.0.0.1:4566")
-    (source,) = spec.queue_sources
+    source, redriven = spec.queue_sources
     assert source.function == "DeliveryFunction"
     assert source.queue_url == "http://127.0.0.1:4566/123456789012/DeliveryQueue"
     assert source.queue_arn.endswith(":DeliveryQueue")
@@ -23,6 +23,11 @@ def test_the_delivery_queue_is_an_event_source_of_the_delivery_function() -> Non
     env = spec.functions["TriggerFunction"].environment
     assert env["DELIVERY_QUEUE_URL"] == source.queue_url
     assert "TIMERS_ALLOW_LOOPBACK_TARGETS" not in env
+    # What SQS moves off the delivery queue is settled by the same function, as locally.
+    assert (redriven.function, redriven.name) == ("DeliveryFunction", "DeliveryFunction.Redriven")
+    assert redriven.queue_arn.endswith(":DeliveryRedriveQueue") and redriven.report_failures
+    env = spec.functions["DeliveryFunction"].environment
+    assert env["DELIVERY_REDRIVE_QUEUE_URL"] == redriven.queue_url
 
 
 def test_partial_batch_failures_keep_only_the_failed_messages() -> None:

@@ -16,6 +16,7 @@ from pynamodb.models import Model
 from ops import template
 from timers.adapters import claims, idempotency, tenants, timers_table, wakeups
 from timers.config import LOCAL_ONLY, Settings
+from timers.core.webhooks import RETRY_FOR_MS, backoff_s
 
 FUNCTIONS = template.resources("AWS::Serverless::Function")
 TABLES = template.resources("AWS::DynamoDB::Table")
@@ -191,9 +192,11 @@ def test_every_function_reserves_concurrency_and_the_defaults_leave_the_account_
     assert _default(reserved["TriggerFunction"]) >= (
         _default(template.Tag("Ref", "BucketCount")) * fanout.MAX_PARALLEL
     )
-    # The delivery function runs what its event source may start, no more, no less.
-    scaling = FUNCTIONS["DeliveryFunction"]["Events"]["Deliveries"]["Properties"]["ScalingConfig"]
-    assert reserved["DeliveryFunction"] == scaling["MaximumConcurrency"]
+    # The delivery function runs what its event sources may start together: fewer, and a
+    # throttled batch counts a receive toward the dead-letter queue.
+    sources = FUNCTIONS["DeliveryFunction"]["Events"].values()
+    starts = sum(_default(e["Properties"]["ScalingConfig"]["MaximumConcurrency"]) for e in sources)
+    assert _default(reserved["DeliveryFunction"]) == starts
     # Fan-out runs overlap (a minute each, plus slack) and one may start twice.
     assert _default(reserved["FanoutFunction"]) >= 2
     assert _default(reserved["MigratorFunction"]) >= 1
@@ -287,3 +290,24 @@ def test_every_checkov_skip_says_why() -> None:
     for name, skip in skips:
         assert re.fullmatch(r"CKV2?_AWS_\d+", skip["id"]), (name, skip)
         assert len(str(skip.get("comment", "")).split()) >= 8, (name, skip["id"])
+
+
+def test_a_message_the_delivery_function_keeps_failing_on_is_redriven_to_be_settled() -> None:
+    queues = template.resources("AWS::SQS::Queue")
+    delivery = queues["DeliveryQueue"]
+    redrive = delivery["RedrivePolicy"]
+    moved_to = template.Tag("GetAtt", "DeliveryRedriveQueue.Arn")
+    assert redrive["deadLetterTargetArn"] == moved_to
+    assert FUNCTIONS["DeliveryFunction"]["Events"]["Redriven"]["Properties"]["Queue"] == moved_to
+    assert "RedrivePolicy" not in queues["DeliveryRedriveQueue"]  # it waits to be settled
+    # Receives are attempts (deferrals re-send the message): the most a fire's 24 h of retries
+    # can make (every backoff its shortest) stay below maxReceiveCount ...
+    attempts, elapsed_s = 1, 0.0
+    while elapsed_s * 1000 < RETRY_FOR_MS:
+        elapsed_s += backoff_s(attempts, 0.0)
+        attempts += 1
+    assert attempts < redrive["maxReceiveCount"]
+    # ... and a message the function crashes on (back after each visibility timeout) reaches it
+    # well before SQS's retention would drop it silently.
+    crashing_s = redrive["maxReceiveCount"] * delivery["VisibilityTimeout"]
+    assert 2 * crashing_s < delivery["MessageRetentionPeriod"]

@@ -22,6 +22,7 @@ from timers.adapters import http_target
 from timers.core.chain import EntryRef
 from timers.core.webhooks import (
     BACKOFF_MAX_S,
+    RETRY_FOR_MS,
     Attempt,
     DeliveryState,
     Webhook,
@@ -33,7 +34,17 @@ from timers.core.webhooks import (
     validate_target,
     verdict,
 )
-from timers.delivery import DeliveryDeps, Message, deliver, deliver_batch
+from timers.delivery import (
+    DEAD_LETTERED,
+    DEFER_MAX_S,
+    DeliveryDeps,
+    Message,
+    defer_wait_s,
+    deliver,
+    deliver_batch,
+    requeue_body,
+    settle_redriven,
+)
 
 # ---------------------------------------------------------------- validation
 
@@ -397,14 +408,14 @@ class Slots:
         self.limit, self.held = limit, 0
         self.lock = threading.Lock()
 
-    def acquire(self, origin: str, now_ms: int) -> str | None:
+    def acquire(self, tenant: str, origin: str, now_ms: int) -> tuple[str, ...] | None:
         with self.lock:
             if self.held >= self.limit:
                 return None
             self.held += 1
-            return origin
+            return (origin,)
 
-    def release(self, key: str) -> None:
+    def release(self, keys: tuple[str, ...]) -> None:
         with self.lock:
             self.held -= 1
 
@@ -424,7 +435,15 @@ def message(url: str, fire: str = "tmr_a:1000", claim: str = "7/1 tmr_a@000") ->
 
 
 @pytest.fixture
-def deps() -> Iterator[tuple[DeliveryDeps, list[tuple[Message, str]]]]:
+def requeued() -> list[tuple[Message, int]]:
+    """Deferred messages sent again, with their delays."""
+    return []
+
+
+@pytest.fixture
+def deps(
+    requeued: list[tuple[Message, int]],
+) -> Iterator[tuple[DeliveryDeps, list[tuple[Message, str]]]]:
     dead: list[tuple[Message, str]] = []
     now = [1_000_000]
     secret = new_secret()
@@ -439,6 +458,7 @@ def deps() -> Iterator[tuple[DeliveryDeps, list[tuple[Message, str]]]]:
             secrets=lambda tenant: [secret],
             post=post,
             dead_letter=lambda m, reason: dead.append((m, reason)),
+            requeue=lambda m, delay_s: requeued.append((m, delay_s)),
             clock=lambda: now[0],
             jitter=lambda: 0.0,
         ),
@@ -475,14 +495,86 @@ def test_one_slow_endpoint_does_not_delay_another_in_the_same_batch(
 
 
 def test_a_target_at_its_cap_is_deferred_without_an_attempt(
-    server: WebhookServer, deps: tuple[DeliveryDeps, Any]
+    server: WebhookServer, deps: tuple[DeliveryDeps, Any], requeued: list[tuple[Message, int]]
 ) -> None:
     d, _ = deps
     d.slots = Slots(0)
-    outcome = deliver(message(server.on("/x")), d)
-    assert outcome.verdict == "deferred" and outcome.retry_in_s is not None
+    deferred = message(server.on("/x"))
+    outcome = deliver(deferred, d)
+    # sent again with a delay, and this copy deleted (no retry_in_s): a fresh receive count
+    assert outcome.verdict == "deferred" and outcome.retry_in_s is None
+    assert requeued == [(deferred, 1)]
     assert server.received == []
     assert isinstance(d.records, Records) and d.records.states == {}
+
+
+def test_deferrals_back_off_and_the_copy_sent_again_counts_them() -> None:
+    assert [defer_wait_s(n, 0.0) for n in range(10)] == [1, 2, 4, 8, 16, 32, 64, 128, 150, 150]
+    assert defer_wait_s(0, 0.999) == 2 and defer_wait_s(40, 0.999) == DEFER_MAX_S
+    original = message("https://example.com/x")
+    first = requeue_body(original, 1)
+    assert (first["MessageBody"], first["DelaySeconds"]) == (original.body, 1)
+    attributes = {k: v["StringValue"] for k, v in first["MessageAttributes"].items()}
+    assert attributes == {**original.attributes, "deferrals": "1"}
+    again = Message("m2", "rh2", first["MessageBody"], attributes)
+    assert requeue_body(again, 2)["MessageAttributes"]["deferrals"]["StringValue"] == "2"
+    assert requeue_body(again, 5_000)["DelaySeconds"] == 900  # SQS's most
+
+
+def test_a_fire_that_waits_for_a_slot_past_the_retry_budget_fails(
+    server: WebhookServer, deps: tuple[DeliveryDeps, Any], requeued: list[tuple[Message, int]]
+) -> None:
+    d, dead = deps
+    d.slots = Slots(0)
+    url = server.on("/x")
+    d.clock = lambda: 1_000 + RETRY_FOR_MS - 1  # due at 1,000 ms (its fire id), never attempted
+    assert deliver(message(url, "tmr_a:1000"), d).verdict == "deferred"
+    d.clock = lambda: 1_000 + RETRY_FOR_MS
+    outcome = deliver(message(url, "tmr_a:1000"), d)
+    reason = "gave up after 0 attempts: concurrency_cap"
+    assert (outcome.verdict, outcome.reason, outcome.retry_in_s) == ("failed", reason, None)
+    assert isinstance(d.records, Records)
+    assert d.records.states[("7/1", "tmr_a@000")] == DeliveryState(failed=reason)
+    assert [r for _, r in dead] == [reason] and len(requeued) == 1
+    assert server.received == []
+
+
+def test_a_redriven_message_fails_its_fire_dead_lettered_unless_settled(
+    deps: tuple[DeliveryDeps, Any],
+) -> None:
+    d, dead = deps
+    records = d.records
+    assert isinstance(records, Records)
+    url = "https://example.com/x"
+    never = message(url, "tmr_a:1", "7/1 tmr_a@001")
+    retried = message(url, "tmr_b:1", "7/1 tmr_b@001")
+    records.states[("7/1", "tmr_b@001")] = DeliveryState(3, 10, 20, 503)
+    failed = message(url, "tmr_c:1", "7/1 tmr_c@001")
+    records.states[("7/1", "tmr_c@001")] = DeliveryState(1, 10, 10, 400, failed="http 400")
+    delivered = message(url, "tmr_d:1", "7/1 tmr_d@001")
+    records.states[("7/1", "tmr_d@001")] = DeliveryState(1, 10, 10, 200, delivered_ms=10)
+    broken = Message("m5", "rh", "{}", {"fire_id": "x"})
+
+    verdicts = [settle_redriven(m, d).verdict for m in (never, retried, failed, delivered, broken)]
+    assert verdicts == [
+        "dead_lettered",
+        "dead_lettered",
+        "dead_lettered",
+        "duplicate",
+        "dead_lettered",
+    ]
+    assert records.states[("7/1", "tmr_a@001")] == DeliveryState(failed=DEAD_LETTERED)
+    assert records.states[("7/1", "tmr_b@001")] == DeliveryState(
+        3, 10, 20, 503, failed=DEAD_LETTERED
+    )
+    assert records.states[("7/1", "tmr_c@001")].failed == "http 400"  # its own reason stands
+    assert records.states[("7/1", "tmr_d@001")].failed is None
+    assert [(m.message_id, r) for m, r in dead] == [
+        ("tmr_a:1", DEAD_LETTERED),
+        ("tmr_b:1", DEAD_LETTERED),
+        ("tmr_c:1", "http 400"),
+        ("m5", DEAD_LETTERED),
+    ]
 
 
 def test_retry_after_lengthens_the_backoff_up_to_the_cap(

@@ -27,7 +27,10 @@ class Settings:
     tenant_queue_prefix: str = "timers-tenant-"
     delivery_queue_url: str = ""  # HTTP targets' fires go here (the delivery function's queue)
     delivery_dlq_url: str = ""  # where an undelivered fire's message ends
-    webhook_target_concurrency: int = 8  # POSTs in flight per target origin, all sandboxes
+    # where SQS moves a message the delivery function kept failing on (to settle it)
+    delivery_redrive_queue_url: str = ""
+    webhook_target_concurrency: int = 8  # POSTs in flight per tenant and origin, all sandboxes
+    webhook_tenant_concurrency: int = 16  # POSTs in flight per tenant, all origins together
     # Loopback webhook targets (also over plain http): the local stack, for tests and demos.
     # The deployed template never sets it.
     timers_allow_loopback_targets: bool = False

@@ -5,19 +5,25 @@ body is the callback exactly as it is POSTed, its attributes say where to (``tar
 it is (``tenant``, for the signing secrets) and which claim entry it belongs to (``claim``).
 
 Per message: read the fire's delivery record (a settled one means this is a duplicate: drop
-it); take a slot of the target's concurrency cap (none free: put the message back for a few
-seconds, no attempt counted); sign and POST; count the attempt in the record; then
+it); take a slot of the tenant's caps (per origin, and across its origins); none free: the
+message is sent again with a delay (growing with each deferral) and this copy deleted - no
+attempt counted, and a fresh message, so waiting for a slot never adds to the receive count
+that moves a message to the DLQ; sign and POST; count the attempt in the record; then
 
 - 2xx: delivered - the message is deleted;
 - 408, 429, 5xx, timeout, connection error: retried - the message's visibility timeout is set
   to the backoff and it is reported as a batch item failure, so SQS hands it out again then;
-  once the first attempt is RETRY_FOR_MS old the fire fails instead;
+  once the first attempt is RETRY_FOR_MS old the fire fails instead (and so does one that
+  waits that long for a slot, counted from its due time when it was never attempted);
 - anything else (3xx, other 4xx, a blocked address): failed at once.
 
-A failed fire's message is sent to the dead-letter queue (with the reason) and deleted; the
-queue's redrive policy to the same DLQ remains as a backstop for a message the function itself
-keeps failing on. Messages of one batch are handled concurrently, so a slow target delays only
-its own messages.
+A failed fire's message is sent to the dead-letter queue (with the reason) and deleted. A
+message the function itself keeps failing on (it crashes, times out) is moved by the queue's
+redrive policy to the redrive queue, whose messages this function settles
+(:func:`settle_redriven`): the fire fails ``dead_lettered`` unless already settled, and the
+message goes on to the DLQ with the reason - so every dead letter has a reason, and its fire
+shows it. Messages of one batch are handled concurrently, so a slow target delays only its
+own messages.
 """
 
 from __future__ import annotations
@@ -43,8 +49,16 @@ from timers.core.webhooks import (
 
 log = logging.getLogger(__name__)
 
-DEFER_S = (1, 4)
-"""A message whose target is at its concurrency cap comes back after this many seconds."""
+DEFER_FIRST_S = 2
+DEFER_MAX_S = 300
+"""A message deferred for the caps comes back after 1-2 s, then twice as long each time it is
+deferred again (equal jitter), at most 5 minutes: a tenant's backlog behind a slow origin
+costs few receives while it waits, instead of cycling every few seconds through the delivery
+function every tenant shares."""
+DEFERRALS = "deferrals"  # the message attribute counting them
+
+DEAD_LETTERED = "dead_lettered"
+"""The reason of a fire whose message SQS moved off the delivery queue (maxReceiveCount)."""
 
 BATCH_WORKERS = 10  # one per message of a full SQS batch
 
@@ -57,8 +71,8 @@ class DeliveryRecords(Protocol):
 
 
 class Slots(Protocol):
-    def acquire(self, origin: str, now_ms: int) -> str | None: ...
-    def release(self, key: str) -> None: ...
+    def acquire(self, tenant: str, origin: str, now_ms: int) -> tuple[str, ...] | None: ...
+    def release(self, keys: tuple[str, ...]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -83,7 +97,7 @@ class Message:
 class Outcome:
     """What to do with a message: delete it (``retry_in_s`` None) or let it come back."""
 
-    verdict: str  # delivered | retry | deferred | failed | duplicate | invalid
+    verdict: str  # delivered | retry | deferred | failed | duplicate | invalid | dead_lettered
     retry_in_s: int | None = None
     reason: str | None = None
 
@@ -95,6 +109,7 @@ class DeliveryDeps:
     secrets: Callable[[str], list[str]]  # tenant -> the secrets that sign now
     post: Callable[[str, bytes, Mapping[str, str]], Attempt]
     dead_letter: Callable[[Message, str], None]  # (message, reason) -> on the DLQ
+    requeue: Callable[[Message, int], None]  # (message, delay s) -> on the queue again
     clock: Callable[[], int]  # epoch ms
     jitter: Callable[[], float] = random.random
     retry_for_ms: int = RETRY_FOR_MS
@@ -111,6 +126,23 @@ class BatchReport:
 def parse_claim(text: str) -> EntryRef | None:
     key, _, name = text.partition(" ")
     return (key, name) if key and name else None
+
+
+def due_ms(fire: str) -> int | None:
+    """The due time in a fire id (``<timer id>:<due epoch ms>``)."""
+    due = fire.rpartition(":")[2]
+    return int(due) if due.isdigit() else None
+
+
+def defer_wait_s(deferrals: int, jitter: float) -> int:
+    """Seconds until a message deferred ``deferrals`` times before comes back (>= 1)."""
+    ceiling = min(DEFER_MAX_S, DEFER_FIRST_S * 2 ** min(deferrals, 20))
+    return max(1, round(ceiling / 2 + ceiling / 2 * jitter))
+
+
+def deferrals(message: Message) -> int:
+    count = message.attributes.get(DEFERRALS, "")
+    return int(count) if count.isdigit() else 0
 
 
 def deliver(message: Message, deps: DeliveryDeps) -> Outcome:
@@ -130,10 +162,16 @@ def deliver(message: Message, deps: DeliveryDeps) -> Outcome:
         return Outcome("duplicate")  # delivered or failed already: SQS handed it out twice
     state = before or DeliveryState()
     now = deps.clock()
-    slot = deps.slots.acquire(target.origin, now) if deps.slots is not None else None
+    slot = deps.slots.acquire(tenant, target.origin, now) if deps.slots is not None else None
     if deps.slots is not None and slot is None:
-        low, high = DEFER_S
-        return Outcome("deferred", retry_in_s=low + int((high - low) * deps.jitter()))
+        if not gives_up(state.first_ms or due_ms(fire) or now, now, deps.retry_for_ms):
+            delay = defer_wait_s(deferrals(message), deps.jitter())
+            deps.requeue(message, delay)  # then this copy is deleted: a fresh receive count
+            return Outcome("deferred", reason=f"back in {delay} s")
+        reason = f"gave up after {state.attempts} attempts: concurrency_cap"
+        deps.records.write_delivery(ref, _with(state, failed=reason), before)
+        deps.dead_letter(message, reason)
+        return Outcome("failed", reason=reason)
     try:
         attempt = _attempt(message, target, tenant, fire, deps)
     finally:
@@ -202,17 +240,76 @@ def deliver_batch(messages: Sequence[Message], deps: DeliveryDeps) -> BatchRepor
     return report
 
 
-def dead_letter_body(message: Message, reason: str) -> dict[str, Any]:
-    """The DLQ copy: the callback body unchanged, with the reason as an attribute."""
-    attrs = {
+def settle_redriven(message: Message, deps: DeliveryDeps) -> Outcome:
+    """A message SQS moved to the redrive queue after maxReceiveCount receives: the function
+    kept failing on it (crashed, timed out), so nothing recorded why. Its fire fails
+    ``dead_lettered`` unless already settled, and the message goes on to the DLQ with the
+    reason. Raises when the record changed meanwhile (the message comes back, read again)."""
+    ref = parse_claim(message.attributes.get("claim", ""))
+    reason = DEAD_LETTERED
+    if ref is not None:
+        before = deps.records.read_delivery(ref)
+        if before is not None and before.delivered_ms is not None:
+            return Outcome("duplicate")  # delivered before the crashes: nothing to dead-letter
+        if before is not None and before.failed is not None:
+            reason = before.failed  # failed already, but maybe killed before its dead letter
+        elif not deps.records.write_delivery(
+            ref, _with(before or DeliveryState(), failed=reason), before
+        ):
+            raise RuntimeError("delivery record changed meanwhile")
+    deps.dead_letter(message, reason)
+    return Outcome("dead_lettered", reason=reason)
+
+
+def settle_batch(messages: Sequence[Message], deps: DeliveryDeps) -> BatchReport:
+    """The redrive queue's batch, one message at a time (it is rare and each is quick)."""
+    report = BatchReport()
+    for message in messages:
+        try:
+            report.outcomes[message.message_id] = settle_redriven(message, deps)
+        except Exception:  # left on the redrive queue: tried again after its visibility timeout
+            log.exception("settling failed", extra={"message_id": message.message_id})
+            report.outcomes[message.message_id] = Outcome("error")
+    return report
+
+
+def _attributes(message: Message, **extra: str) -> dict[str, Any]:
+    values = {**message.attributes, **extra}
+    return {
         name: {"DataType": "String", "StringValue": value}
-        for name, value in message.attributes.items()
+        for name, value in values.items()
         if value
     }
-    attrs["reason"] = {"DataType": "String", "StringValue": reason[:1_000]}
-    return {"MessageBody": message.body, "MessageAttributes": attrs}
+
+
+def dead_letter_body(message: Message, reason: str) -> dict[str, Any]:
+    """The DLQ copy: the callback body unchanged, with the reason as an attribute."""
+    return {
+        "MessageBody": message.body,
+        "MessageAttributes": _attributes(message, reason=reason[:1_000]),
+    }
+
+
+def requeue_body(message: Message, delay_s: int) -> dict[str, Any]:
+    """A deferred message sent again: unchanged but for its deferral count, back in ``delay_s``
+    (SQS's DelaySeconds: at most 15 minutes)."""
+    count = str(deferrals(message) + 1)
+    return {
+        "MessageBody": message.body,
+        "MessageAttributes": _attributes(message, **{DEFERRALS: count}),
+        "DelaySeconds": min(delay_s, 900),
+    }
 
 
 def summary(report: BatchReport) -> dict[str, int]:
-    verdicts = ("delivered", "retry", "deferred", "failed", "duplicate", "invalid", "error")
+    verdicts = (
+        "delivered",
+        "retry",
+        "deferred",
+        "failed",
+        "duplicate",
+        "invalid",
+        "dead_lettered",
+        "error",
+    )
     return {v: report.count(v) for v in verdicts if report.count(v)}
