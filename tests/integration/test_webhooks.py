@@ -57,6 +57,23 @@ pytestmark = pytest.mark.integration
 DAY_MS = 86_400_000
 
 
+def one_call_at_a_time(client: Any) -> Any:
+    """``client`` with its calls serialized by one lock."""
+    lock = threading.Lock()
+
+    class Serialized:
+        def __getattr__(self, name: str) -> Any:
+            call = getattr(client, name)
+
+            def serialized(*args: Any, **kwargs: Any) -> Any:
+                with lock:
+                    return call(*args, **kwargs)
+
+            return serialized
+
+    return Serialized()
+
+
 class Delivery:
     """The delivery queue, its DLQ and the delivery function's handler, wired to the rig."""
 
@@ -87,7 +104,10 @@ class Delivery:
             body = {**requeue_body(message, delay_s), "DelaySeconds": 0}
             self.sqs.send_message(QueueUrl=self.queue, **body)
 
-        self.slots = TargetSlots(SETTINGS.claims_table, 8, 16, boto3.client("dynamodb"))
+        # Concurrent batches take slots of one counter item at once; moto in-process is not
+        # thread-safe there (DynamoDB is), so its calls take turns.
+        dynamodb = one_call_at_a_time(boto3.client("dynamodb"))
+        self.slots = TargetSlots(SETTINGS.claims_table, 8, 16, dynamodb)
         self.deps = DeliveryDeps(
             records=the_rig.claims,
             slots=self.slots,
