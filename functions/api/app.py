@@ -198,9 +198,7 @@ def create_timer(
 def create_timers(
     body: m.TimerBatchIn, idempotency_key: IdempotencyKey = None
 ) -> Response[m.TimerBatchOut]:
-    specs = [m.to_spec(t, serialize_payload(t.payload, f"timers[{i}].payload"))
-             for i, t in enumerate(body.timers)]  # fmt: skip
-    views = runtime().service.create_batch(tenant(), specs, idempotency_key)
+    views = runtime().service.create_batch(tenant(), m.to_specs(body), idempotency_key)
     return _json(HTTPStatus.CREATED, {"items": views})
 
 

@@ -383,6 +383,25 @@ def test_only_registered_queues_may_be_targeted(api: Api) -> None:
 # ---------------------------------------------------------------- idempotency
 
 
+def test_a_batch_names_each_invalid_timer_by_its_index_and_creates_none(api: Api) -> None:
+    good = {"schedule": {"type": "at", "at": AT}}
+    # Checked in three stages - the request model, the schedules' parser, the service - and
+    # each names the timer by its index.
+    for batch, fields in [
+        ([good, {**good, "max_fires": 0}], {"timers[1].max_fires"}),
+        (
+            [good, {"schedule": {"type": "cron", "expression": "61 * * * *"}},
+             {"schedule": {"type": "cron", "expression": "0 * * * *", "timezone": "Mars/X"}}],
+            {"timers[1].schedule.expression", "timers[2].schedule.timezone"},
+        ),
+        ([good, {**good, "end_at": format_ms(T0)}], {"timers[1].schedule"}),  # due after end
+    ]:  # fmt: skip
+        reply = api.call("POST", "/v1/timers:batch", body={"timers": batch})
+        assert reply.status == 400 and reply.error_code == "validation_error"
+        assert reply.error_fields == fields, reply.body
+    assert timer_count(api) == 0
+
+
 def test_same_idempotency_key_and_body_returns_the_original(api: Api) -> None:
     headers = {"Idempotency-Key": "order-42"}
     first = api.call("POST", "/v1/timers", body=bad(), headers=headers)

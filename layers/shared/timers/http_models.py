@@ -11,8 +11,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, StrictInt
 
 from timers.core import schedule as sched
-from timers.core.errors import InvalidInput
+from timers.core.errors import FieldError, InvalidInput
 from timers.core.schedule import Plan
+from timers.core.timer import serialize_payload
 from timers.core.times import parse_ms
 from timers.service import TimerSpec
 
@@ -304,6 +305,22 @@ def to_spec(body: TimerCreate, payload_json: str) -> TimerSpec:
         target_headers=body.target.headers if body.target else None,
         misfire=body.misfire,
     )
+
+
+def to_specs(body: TimerBatchIn) -> list[TimerSpec]:
+    """A batch's timers; every invalid schedule is reported at once, named ``timers[i].*``
+    (as the service names its own checks), so a client can tell which timers to fix."""
+    specs: list[TimerSpec] = []
+    errors: list[FieldError] = []
+    for i, timer in enumerate(body.timers):
+        payload = serialize_payload(timer.payload, f"timers[{i}].payload")
+        try:
+            specs.append(to_spec(timer, payload))
+        except InvalidInput as exc:
+            errors += [FieldError(f"timers[{i}].{e.field}", e.message) for e in exc.details]
+    if errors:
+        raise InvalidInput("some timers of the batch are invalid; none was created", errors)
+    return specs
 
 
 _PATCH_FIELDS = {"start_at": "start_ms", "end_at": "end_ms"}
