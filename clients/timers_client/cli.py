@@ -5,6 +5,8 @@
     timers ls | timers get ID | timers fires ID | timers pause|resume|rm ID
     timers preview --every 90s --count 5
     timers tail                      # the tenant's callbacks as they arrive, with their lag
+    timers export > timers.jsonl     # every timer, one JSON object per line
+    timers import timers.jsonl       # create them (100 per request), report what failed
 
 Configuration: ``--api``/``--api-key``, else ``TIMERS_API``/``TIMERS_API_KEY``, else the running
 ``make run`` (its state file: its API and the demo tenant's key). Tables for people by default;
@@ -23,6 +25,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
+from timers_client import bulk
 from timers_client.client import ApiConfigError, Client, Config, after, at, cron, every
 from timers_client.errors import ApiError
 
@@ -239,6 +242,67 @@ def _schedule_options(parser: argparse.ArgumentParser, required: bool) -> None:
     parser.add_argument("--max-fires", type=int, metavar="N")
 
 
+def cmd_export(client: Client, args: argparse.Namespace) -> Any:
+    default_queue = client.tenant().callback_queue_url
+    count = 0
+    for timer in client.list(status=args.status, page_size=100):
+        print(bulk.export_line(timer, default_queue), file=args.out)
+        count += 1
+    args.out.flush()
+    print(f"exported {count} timers", file=sys.stderr)  # standard output is the data
+    return None, lambda: None
+
+
+def cmd_import(client: Client, args: argparse.Namespace) -> Any:
+    report = bulk.ImportReport()
+    lines = list(bulk.parse_lines(args.file, report))
+    progress = Progress(len(lines) + len(report.failed), sys.stderr)
+    progress.show(len(report.failed))
+
+    def create(bodies: list[dict[str, Any]], key: str) -> list[Any]:
+        return client.create_batch(bodies, idempotency_key=key)
+
+    for batch in bulk.batches(lines):
+        bulk.import_batch(batch, create, client.pause, report)
+        progress.show(report.total)
+    progress.done()
+    failed = sorted(report.failed)
+    result = {
+        "created": [{"line": line.number, "id": t.id, "was": line.was}
+                    for line, t in report.created],
+        "failed": [{"line": number, "reason": why} for number, why in failed],
+    }  # fmt: skip
+
+    def human() -> str:
+        head = f"imported {len(report.created)} of {report.total} timers"
+        if not failed:
+            return head
+        return "\n".join([f"{head}; {len(failed)} failed:",
+                          *(f"  line {n}: {why}" for n, why in failed)])  # fmt: skip
+
+    return result, human, 1 if failed else 0
+
+
+class Progress:
+    """A progress bar on a terminal; on anything else, a line per step."""
+
+    WIDTH = 30
+
+    def __init__(self, total: int, stream: Any) -> None:
+        self.total, self.stream = max(total, 1), stream
+        self.live = bool(getattr(stream, "isatty", lambda: False)())
+
+    def show(self, done: int) -> None:
+        filled = self.WIDTH * done // self.total
+        bar = f"[{'#' * filled}{'.' * (self.WIDTH - filled)}] {done}/{self.total}"
+        print(("\r" if self.live else "") + bar, end="" if self.live else "\n",
+              file=self.stream, flush=True)  # fmt: skip
+
+    def done(self) -> None:
+        if self.live:
+            print(file=self.stream)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="timers",
@@ -294,6 +358,16 @@ def parser() -> argparse.ArgumentParser:
     preview.add_argument("--count", type=int)
     preview.set_defaults(run=cmd_preview)
 
+    export = sub.add_parser("export", help="every timer as JSON Lines (what import reads)")
+    export.add_argument("--status", choices=["active", "paused", "completed"])
+    export.add_argument("-o", "--out", type=argparse.FileType("w", encoding="utf-8"),
+                        default=sys.stdout, help="where to (default: standard output)")  # fmt: skip
+    export.set_defaults(run=cmd_export)
+
+    imp = sub.add_parser("import", help="create the timers of a JSON Lines file (- for stdin)")
+    imp.add_argument("file", type=argparse.FileType("r", encoding="utf-8"))
+    imp.set_defaults(run=cmd_import)
+
     tail = sub.add_parser("tail", help="print the tenant's callbacks as they arrive")
     tail.add_argument("--count", type=int, help="stop after this many")
     tail.add_argument("--idle", type=duration, help="stop after this long without one")
@@ -328,8 +402,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         with Client(config.api, config.api_key) as client:
             if args.run is None:
                 return cmd_tail(client, args, config)
-            result, human = args.run(client, args)
-            print(json.dumps(_to_json(result), indent=2) if args.json else human())
+            result, human, *status = args.run(client, args)
+            if result is not None:
+                print(json.dumps(_to_json(result), indent=2) if args.json else human())
+            if status:
+                return int(status[0])
     except ApiError as exc:
         if args.json:
             print(json.dumps({"error": {"status": exc.status, "code": exc.code,

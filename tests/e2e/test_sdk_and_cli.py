@@ -157,6 +157,50 @@ def test_cli_preview_and_errors(env: dict[str, str]) -> None:
     assert usage.returncode == 2 and "not a duration" in usage.stderr
 
 
+def test_cli_exports_timers_and_imports_them_reporting_each_bad_line(
+    env: dict[str, str], sdk: Client, tmp_path: Path
+) -> None:
+    sdk.create(cron("0 7 * * 1-5", "Europe/Berlin"), name="standup",
+                         payload={"room": "β"})  # fmt: skip
+    later = sdk.create(after(86_400), name="tomorrow")
+    sdk.pause(sdk.create(every(60), name="paused").id)
+    exported = cli("export", env=env)
+    assert exported.stderr.strip() == "exported 3 timers"
+    lines = [json.loads(line) for line in exported.stdout.splitlines()]
+    by_name = {line["name"]: line for line in lines}
+    assert by_name["tomorrow"]["schedule"] == {"type": "at", "at": later.next_fire_at}
+    assert by_name["paused"]["status"] == "paused" and "target" not in by_name["standup"]
+    for timer in sdk.list():
+        sdk.delete(timer.id)
+
+    # The export, 150 more (two requests' worth) and three lines the service or parser refuses.
+    many = [json.dumps({"schedule": {"type": "at", "at": "2099-01-01T00:00:00Z"},
+                        "name": f"n{i}"}) for i in range(150)]  # fmt: skip
+    bad = ['{"schedule": {"type": "cron", "expression": "61 * * * *"}}', "not json",
+           '{"schedule": {"type": "every", "seconds": 60}, "colour": "red"}']  # fmt: skip
+    file = tmp_path / "timers.jsonl"
+    file.write_text("\n".join([*exported.stdout.splitlines(), bad[0], *many, bad[1], bad[2]]))
+    run = cli("import", str(file), env=env, check=False)
+    assert run.returncode == 1
+    head, *failures = run.stdout.splitlines()
+    assert head == "imported 153 of 156 timers; 3 failed:"
+    assert [line.split(":")[0] for line in failures] == ["  line 4", "  line 155", "  line 156"]
+    assert failures[0].startswith("  line 4: schedule.expression: ")
+    assert failures[1].startswith("  line 155: not JSON: ")
+    assert failures[2] == "  line 156: colour: unknown field"
+    assert "156/156" in run.stderr  # the progress, a line per batch off a terminal
+    imported = {t.name: t for t in sdk.list()}
+    assert len(imported) == 153
+    assert imported["standup"].schedule == cron("0 7 * * 1-5", "Europe/Berlin")
+    assert imported["standup"].payload == {"room": "β"}
+    assert imported["tomorrow"].next_fire_at == later.next_fire_at
+    assert imported["paused"].status == "paused"
+
+    # Run again within 24 h: the same batches, the same timers - nothing created twice.
+    again = json.loads(cli("--json", "import", str(file), env=env, check=False).stdout)
+    assert len(again["created"]) == 153 and len(list(sdk.list())) == 153
+
+
 def test_cli_finds_make_runs_api_and_demo_key_in_its_state_file(
     local_stack: RunningStack,
 ) -> None:

@@ -1,0 +1,144 @@
+"""Timers in bulk, as JSON Lines: ``timers export`` writes one timer per line, ``timers import``
+creates them through the batch endpoint.
+
+A line is the body ``POST /v1/timers`` takes, plus two keys export writes and import reads:
+``id`` (the exported timer's, for the summary; the service assigns new ids) and ``status``
+(``paused`` timers are paused again once created). So an export is an import's input, and a
+hand-written file needs only create bodies.
+
+Import sends up to 100 lines per request, all or nothing on the service's side; a line the
+service refuses is named by its 400's ``details`` (``timers[3].schedule``), set aside with its
+reason, and the rest of its batch sent again - so every good line is created and every bad
+one reported. Each batch carries an idempotency key made from its content: an import run
+again within 24 h creates nothing twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from timers_client.errors import ApiError
+from timers_client.models import Timer
+
+BATCH = 100  # the batch endpoint's limit
+CREATE_FIELDS = ("name", "schedule", "start_at", "end_at", "max_fires", "target", "payload",
+                 "misfire")  # fmt: skip
+EXPORT_ONLY = ("id", "status")
+_INDEX = re.compile(r"timers\[(\d+)\]\.?(.*)")
+
+
+def export_line(timer: Timer, default_queue: str | None) -> str:
+    """One timer as an import line. An ``after`` schedule is relative to its create, so it is
+    written as the ``at`` it stands for; the tenant's own queue is left implicit, so the line
+    imports into another tenant or deployment too."""
+    line: dict[str, Any] = {"id": timer.id}
+    for name in CREATE_FIELDS:
+        value = getattr(timer, name)
+        if value is not None:
+            line[name] = value
+    if timer.schedule.get("type") == "after" and timer.next_fire_at:
+        line["schedule"] = {"type": "at", "at": timer.next_fire_at}
+    if timer.target == {"queue_url": default_queue}:
+        del line["target"]
+    if timer.status == "paused":
+        line["status"] = "paused"
+    return json.dumps(line, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Line:
+    number: int  # 1-based, in the file
+    body: dict[str, Any]  # the create body
+    was: str | None  # the exported timer's id
+    paused: bool
+
+
+@dataclass
+class ImportReport:
+    created: list[tuple[Line, Timer]] = field(default_factory=list)
+    failed: list[tuple[int, str]] = field(default_factory=list)  # (line number, why)
+
+    @property
+    def total(self) -> int:
+        return len(self.created) + len(self.failed)
+
+
+def parse_lines(text_lines: Iterable[str], report: ImportReport) -> Iterator[Line]:
+    """The file's timers; a line that is not a JSON object is reported, blank lines skipped."""
+    for number, text in enumerate(text_lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            report.failed.append((number, f"not JSON: {exc}"))
+            continue
+        if not isinstance(data, dict):
+            report.failed.append((number, "not a JSON object"))
+            continue
+        status = data.pop("status", None)
+        if status not in (None, "active", "paused", "completed"):
+            report.failed.append((number, f"status: {status!r} is not a timer status"))
+            continue
+        was = data.pop("id", None)
+        yield Line(number, data, was if isinstance(was, str) else None, status == "paused")
+
+
+def batches(lines: Iterable[Line], size: int = BATCH) -> Iterator[list[Line]]:
+    batch: list[Line] = []
+    for line in lines:
+        batch.append(line)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def idempotency_key(batch: list[Line]) -> str:
+    content = json.dumps([line.body for line in batch], sort_keys=True).encode()
+    return "import:" + hashlib.sha256(content).hexdigest()[:40]
+
+
+def refused_lines(error: ApiError, batch: list[Line]) -> dict[int, str]:
+    """Which lines of ``batch`` a 400 names (index in the batch -> why); empty when it names
+    none (then the whole batch failed for one reason)."""
+    refused: dict[int, str] = {}
+    for detail in error.details:
+        if match := _INDEX.fullmatch(detail.field):
+            index = int(match.group(1))
+            if index < len(batch):
+                where = f"{match.group(2)}: " if match.group(2) else ""
+                refused.setdefault(index, "")
+                refused[index] += ("; " if refused[index] else "") + where + detail.message
+    return refused
+
+
+def import_batch(
+    batch: list[Line],
+    create: Callable[[list[dict[str, Any]], str], list[Timer]],
+    pause: Callable[[str], Any],
+    report: ImportReport,
+) -> None:
+    """Create ``batch``; lines the service refuses are reported, the others created."""
+    while batch:
+        try:
+            timers = create([line.body for line in batch], idempotency_key(batch))
+        except ApiError as error:
+            refused = refused_lines(error, batch) if error.status in (400, 413) else {}
+            if not refused:  # nothing to single out: the batch fails as one
+                report.failed += [(line.number, str(error)) for line in batch]
+                return
+            report.failed += [(batch[i].number, why) for i, why in sorted(refused.items())]
+            batch = [line for i, line in enumerate(batch) if i not in refused]
+            continue
+        for line, timer in zip(batch, timers, strict=True):
+            if line.paused and timer.status != "paused":
+                timer = pause(timer.id)
+            report.created.append((line, timer))
+        return
