@@ -589,11 +589,13 @@ async function loadFailed(reset) {
     if (error.status === 404 && failed.available === null) {
       failed.available = false;
       $("failed-panel").hidden = true;
+      document.body.dataset.failedFires = "absent"; // settled: for people and tests alike
       return;
     }
     showError($("failed-error"), error);
   }
   $("failed-panel").hidden = false;
+  document.body.dataset.failedFires = "available";
   renderFailed();
 }
 
