@@ -187,3 +187,104 @@ def test_sign_in_create_watch_the_fire_pause_delete_and_read_an_error(
 def _failed_fires_route_exists(stack: RunningStack, key: str) -> bool:
     status, _, _ = stack.request("GET", "/fires?status=failed&since=2020-01-01T00:00:00Z", key=key)
     return status != 404
+
+
+# The failed-fires routes are built elsewhere: until they are in this API, the browser's fetch
+# answers them (injected before the page's own script runs; a CDP script is not subject to the
+# page's CSP) and records the calls, so the panel's requests and escaping are still checked.
+FAKE_FAILED_FIRES = """
+(() => {
+  const realFetch = window.fetch.bind(window);
+  const fires = %s;
+  window.__failedCalls = [];
+  const reply = (status, body) => new Response(JSON.stringify(body),
+      {status, headers: {"content-type": "application/json"}});
+  window.fetch = async (input, init = {}) => {
+    const url = new URL(String(input), location.href);
+    const method = (init.method || "GET").toUpperCase();
+    const headers = init.headers || {};
+    if (url.pathname.endsWith("/v1/fires")) {
+      window.__failedCalls.push([method, url.pathname + url.search, headers["x-api-key"]]);
+      return reply(200, {items: fires, next_cursor: null});
+    }
+    if (/\\/redeliver$|\\/fires:redeliver$/.test(url.pathname)) {
+      window.__failedCalls.push([method, url.pathname, headers["x-api-key"]]);
+      const mine = fires.filter((f) => url.pathname.includes("/" + f.timer_id + "/"));
+      return reply(202, url.pathname.endsWith(":redeliver") ? {items: mine} : mine[0]);
+    }
+    return realFetch(input, init);
+  };
+})();
+"""
+
+
+def _failed(timer_id: str, due_ms: int, name: str) -> dict[str, Any]:
+    return {
+        "fire_id": f"{timer_id}:{due_ms}", "timer_id": timer_id, "name": name,
+        "due_at": "2026-11-21T10:00:00.000Z", "failed_at": "2026-11-22T10:00:00.000Z",
+        "reason": "http_status", "last_status": 503, "attempts": 12, "redelivered_at": None,
+    }  # fmt: skip
+
+
+def test_the_failed_fires_panel_lists_by_timer_and_redelivers(
+    local_stack: RunningStack, browser: Any
+) -> None:
+    import json
+
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    key = local_stack.ready["Tenant demo API key: "]
+    hostile = '<img src=x onerror="document.title=1">'
+    fires = [
+        _failed("tmr_a", 1795494524379, hostile),
+        _failed("tmr_a", 1795494523379, hostile),
+        _failed("tmr_b", 1795494520000, "nightly"),
+    ]
+    injected = browser.execute_cdp_cmd(
+        "Page.addScriptToEvaluateOnNewDocument",
+        {"source": FAKE_FAILED_FIRES % json.dumps(fires)},
+    )
+    wait = WebDriverWait(browser, UI_TIMEOUT_S, ignored_exceptions=[StaleElementReferenceException])
+
+    def click(css: str) -> None:  # the panel re-renders after each answer: find, then click
+        wait.until(lambda d: d.find_element(By.CSS_SELECTOR, css).click() or True)
+
+    try:
+        browser.get(local_stack.console)
+        wait.until(ec.visibility_of_element_located((By.ID, "api-key"))).send_keys(key)
+        browser.find_element(By.CSS_SELECTOR, "#sign-in-form button[type=submit]").click()
+        panel = wait.until(ec.visibility_of_element_located((By.ID, "failed-panel")))
+        wait.until(lambda d: len(panel.find_elements(By.CSS_SELECTOR, "tbody tr")) == 3)
+        groups = panel.find_elements(By.CSS_SELECTOR, ".failed-group")
+        assert [g.get_attribute("data-timer") for g in groups] == ["tmr_a", "tmr_b"]
+        assert groups[0].find_element(By.CSS_SELECTOR, ".row span").text == hostile  # as text
+        assert panel.find_elements(By.TAG_NAME, "img") == []
+        row = groups[1].find_element(By.CSS_SELECTOR, "tbody tr")
+        assert row.text.split()[0] == "tmr_b:1795494520000"
+        assert row.text.split()[3:6] == ["http_status", "503", "12"]
+
+        panel.find_element(By.ID, "failed-until").send_keys("2026-11-23T00:00:00Z")
+        panel.find_element(By.CSS_SELECTOR, "#failed-filter button").click()
+        click("[data-timer=tmr_b] tbody tr button")  # Redeliver one fire
+        wait.until(ec.text_to_be_present_in_element((By.ID, "notice"), "tmr_b:1795494520000"))
+        click("[data-timer=tmr_a] .row button")  # Redeliver all of tmr_a
+        wait.until(ec.text_to_be_present_in_element((By.ID, "notice"), "2 fires of tmr_a"))
+
+        calls = browser.execute_script("return window.__failedCalls")
+        assert all(sent_key == key for _, _, sent_key in calls)
+        assert all(key not in path for _, path, _ in calls)  # never in a URL
+        lists = [path for method, path, _ in calls if method == "GET"]
+        assert all(p.startswith("/v1/fires?status=failed&since=") for p in lists)
+        assert "until=2026-11-23T00%3A00%3A00Z" in lists[1]
+        assert [(m, p) for m, p, _ in calls if m == "POST"] == [
+            ("POST", "/v1/timers/tmr_b/fires/tmr_b:1795494520000/redeliver"),
+            ("POST", "/v1/timers/tmr_a/fires:redeliver"),
+        ]
+    finally:
+        browser.execute_cdp_cmd(
+            "Page.removeScriptToEvaluateOnNewDocument", {"identifier": injected["identifier"]}
+        )
+        browser.execute_script("sessionStorage.clear()")
