@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from functions.api import app as api_app
+from ops import template
 from ops.local.apigw import HttpResponse, from_proxy_result
 from ops.local.context import LambdaContext
 from tests.integration.api_harness import Api, make_api
@@ -85,3 +86,12 @@ def test_the_document_lists_the_console_as_public(api: Api) -> None:
         assert operation["security"] == []
         assert operation["tags"] == ["console"]
         assert media in operation["responses"]["200"]["content"]
+
+
+def test_the_files_ship_with_the_function() -> None:
+    # sam build packages the function's CodeUri directory: the console must be inside it.
+    code_uri = template.resources("AWS::Serverless::Function")["ApiFunction"]["CodeUri"]
+    assert api_app.CONSOLE_DIR.is_relative_to(template.ROOT / code_uri)
+    assert {name for name, _ in api_app.CONSOLE_FILES.values()} == {
+        path.name for path in api_app.CONSOLE_DIR.iterdir()
+    }

@@ -207,7 +207,13 @@ function route() {
   const match = /^#\/timers\/(.+)$/.exec(location.hash);
   if (match) {
     if (failed.available === null) loadFailed(true); // whether to offer Redeliver
-    openTimer(decodeURIComponent(match[1]));
+    let id;
+    try {
+      id = decodeURIComponent(match[1]);
+    } catch (exc) {
+      id = match[1]; // a malformed escape: the API answers 404 for it
+    }
+    openTimer(id);
   } else {
     page.id = null;
     showView("list-view");
@@ -379,11 +385,12 @@ async function openTimer(id) {
   clearError($("timer-error"));
   showView("timer-view");
   await refreshTimer();
-  page.poll = setInterval(refreshTimer, POLL_MS);
+  if (page.id === id && !page.poll) page.poll = setInterval(refreshTimer, POLL_MS); // still here
 }
 
 async function refreshTimer() {
   const id = page.id;
+  if (!id) return;
   try {
     const timer = await api("GET", `timers/${segment(id)}`);
     if (id !== page.id) return;
