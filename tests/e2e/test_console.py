@@ -3,8 +3,8 @@ Chromium driven by Selenium (the ``browser`` fixture of conftest.py).
 
 A person's session: sign in with the demo key, create a timer due in a few seconds through the
 form (its preview shows when), watch its fire appear with its lag, find another timer by name,
-pause and delete it, and see the API's error - message and field - for a bad cron. The failed
-fires routes may not exist on this API: the console must cope (it hides that panel).
+pause, resume and delete it, and see the API's error - message and field - for a bad cron. The
+failed-fires routes may not exist on this API: the console must cope (it hides that panel).
 
 ``CONSOLE_SCREENSHOTS=docs`` writes the README's screenshots (``console.png``, the list and the
 create form; ``console-timer.png``, a timer's page) there; otherwise they go to ``tmp_path``.
@@ -142,11 +142,14 @@ def test_sign_in_create_watch_the_fire_pause_delete_and_read_an_error(
     )
     browser.save_screenshot(str(shots / "console-timer.png"))
 
-    # ---- pause, then delete behind a confirmation
+    # ---- pause, resume, then delete behind a confirmation
     by_id("pause-button").click()
     wait.until(lambda d: texts("#timer-details dd[data-field=status]") == ["paused"])
     assert local_stack.request("GET", f"/timers/{beat['id']}", key=key)[1]["status"] == "paused"
     assert by_id("resume-button").is_displayed() and not by_id("pause-button").is_displayed()
+    by_id("resume-button").click()
+    wait.until(lambda d: texts("#timer-details dd[data-field=status]") == ["active"])
+    assert local_stack.request("GET", f"/timers/{beat['id']}", key=key)[1]["status"] == "active"
     by_id("delete-button").click()
     dialog = wait.until(ec.visibility_of_element_located((By.ID, "confirm-dialog")))
     assert beat["id"] in dialog.text
