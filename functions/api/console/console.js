@@ -104,6 +104,14 @@ function showError(box, error) {
   box.hidden = false;
 }
 
+function smallButton(label, onclick) {
+  return el("button", { type: "button", className: "small", text: label, onclick });
+}
+
+function orDash(value) {
+  return value === null || value === undefined ? "—" : String(value);
+}
+
 function clearError(box) {
   box.replaceChildren();
   box.hidden = true;
@@ -341,7 +349,12 @@ async function preview() {
     if (seq !== previewSeq) return; // a newer preview is on its way
     clearError($("preview-error"));
     const times = answer.fire_times.map((iso) =>
-      el("li", { title: new Date(iso).toLocaleString() }, el("time", { datetime: iso, text: iso }), ` (${relative(iso)})`),
+      el(
+        "li",
+        { title: new Date(iso).toLocaleString() },
+        el("time", { datetime: iso, text: iso }),
+        ` (${relative(iso)})`,
+      ),
     );
     $("preview-times").replaceChildren(...(times.length ? times : [el("li", { text: "never fires" })]));
   } catch (error) {
@@ -412,7 +425,8 @@ async function refreshTimer() {
 
 async function moreFires() {
   try {
-    const fires = await api("GET", `timers/${segment(page.id)}/fires${query({ limit: 50, cursor: page.cursor })}`);
+    const next = query({ limit: 50, cursor: page.cursor });
+    const fires = await api("GET", `timers/${segment(page.id)}/fires${next}`);
     page.fires.push(...fires.items);
     page.cursor = fires.next_cursor;
     page.pagedBeyondFirst = true; // polling would drop the pages loaded by hand
@@ -443,7 +457,11 @@ function renderTimer() {
   $("timer-details").replaceChildren(
     ...rows.flatMap(([name, value]) => [
       el("dt", { text: name }),
-      el("dd", { "data-field": name.toLowerCase().replace(/ /g, "-") }, name === "Payload" ? el("pre", { text: value }) : value),
+      el(
+        "dd",
+        { "data-field": name.toLowerCase().replace(/ /g, "-") },
+        name === "Payload" ? el("pre", { text: value }) : value,
+      ),
     ]),
   );
   $("pause-button").hidden = t.status !== "active";
@@ -462,12 +480,16 @@ function renderFires() {
   $("fires-table").tBodies[0].replaceChildren(
     ...page.fires.map((f) => {
       const lag = lagOf(f);
-      const reason = [f.reason, f.last_status ? `last status ${f.last_status}` : null, f.attempts ? `${f.attempts} attempts` : null]
+      const reason = [
+        f.reason,
+        f.last_status ? `last status ${f.last_status}` : null,
+        f.attempts ? `${f.attempts} attempts` : null,
+      ]
         .filter(Boolean)
         .join("; ");
       const action =
         f.status === "failed" && failed.available
-          ? el("button", { type: "button", className: "small", text: "Redeliver", onclick: () => redeliver(page.id, f.fire_id) })
+          ? smallButton("Redeliver", () => redeliver(page.id, f.fire_id))
           : null;
       return el(
         "tr",
@@ -512,7 +534,12 @@ function drawLagChart() {
   const median = sorted[Math.floor((sorted.length - 1) / 2)];
   const plotH = height - bottom - top;
   const slot = (width - left) / Math.max(points.length, 10);
-  const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", class: "chart", "aria-label": "Lag per fire" });
+  const chart = svg("svg", {
+    viewBox: `0 0 ${width} ${height}`,
+    role: "img",
+    class: "chart",
+    "aria-label": "Lag per fire",
+  });
   chart.append(
     svg("line", { x1: left, y1: top, x2: left, y2: top + plotH, class: "axis" }),
     svg("line", { x1: left, y1: top + plotH, x2: width, y2: top + plotH, class: "axis" }),
@@ -531,7 +558,8 @@ function drawLagChart() {
     bar.append(svg("title", {}, `${p.fire.fire_id}: ${p.lag} ms (due ${p.fire.scheduled_at})`));
     chart.append(bar);
   });
-  const caption = el("p", { className: "hint", id: "lag-summary", text: `${points.length} fires; median ${median} ms; max ${sorted[sorted.length - 1]} ms` });
+  const summary = `${points.length} fires; median ${median} ms; max ${sorted[sorted.length - 1]} ms`;
+  const caption = el("p", { className: "hint", id: "lag-summary", text: summary });
   box.replaceChildren(chart, caption);
 }
 
@@ -549,7 +577,8 @@ async function act(action) {
 
 function confirmDelete() {
   const dialog = $("confirm-dialog");
-  $("confirm-text").textContent = `Delete timer ${page.id}${page.timer && page.timer.name ? ` (${page.timer.name})` : ""}? It will never fire again.`;
+  const name = page.timer && page.timer.name ? ` (${page.timer.name})` : "";
+  $("confirm-text").textContent = `Delete timer ${page.id}${name}? It will never fire again.`;
   dialog.returnValue = "";
   dialog.showModal();
 }
@@ -572,12 +601,19 @@ async function onConfirmClosed() {
 // The routes may not exist on an older deployment: a 404 hides the panel and the buttons.
 
 const failed = { available: null, items: [], cursor: null };
+const FAILED_COLUMNS = ["Fire", "Due", "Failed", "Reason", "Last status", "Attempts", "Redelivered", ""];
 
 function failedQuery(cursor) {
   if (!$("failed-since").value) {
     $("failed-since").value = new Date(Date.now() - 7 * 86400_000).toISOString().replace(/\.\d+Z$/, "Z");
   }
-  return query({ status: "failed", since: $("failed-since").value.trim(), until: $("failed-until").value.trim(), limit: 50, cursor });
+  return query({
+    status: "failed",
+    since: $("failed-since").value.trim(),
+    until: $("failed-until").value.trim(),
+    limit: 50,
+    cursor,
+  });
 }
 
 async function loadFailed(reset) {
@@ -621,12 +657,12 @@ function renderFailed() {
         { className: "row" },
         el("a", { href: `#/timers/${segment(timerId)}`, text: timerId }),
         el("span", { text: fires[0].name || "" }),
-        el("button", { type: "button", className: "small", text: "Redeliver all", onclick: () => redeliverAll(timerId) }),
+        smallButton("Redeliver all", () => redeliverAll(timerId)),
       ),
       el(
         "table",
         {},
-        el("thead", {}, el("tr", {}, ...["Fire", "Due", "Failed", "Reason", "Last status", "Attempts", "Redelivered", ""].map((h) => el("th", { text: h })))),
+        el("thead", {}, el("tr", {}, ...FAILED_COLUMNS.map((h) => el("th", { text: h })))),
         el(
           "tbody",
           {},
@@ -638,17 +674,18 @@ function renderFailed() {
               timeCell(f.due_at),
               timeCell(f.failed_at),
               el("td", { text: f.reason || "" }),
-              el("td", { text: f.last_status === null || f.last_status === undefined ? "—" : String(f.last_status) }),
-              el("td", { text: f.attempts === null || f.attempts === undefined ? "—" : String(f.attempts) }),
+              el("td", { text: orDash(f.last_status) }),
+              el("td", { text: orDash(f.attempts) }),
               timeCell(f.redelivered_at),
-              el("td", {}, el("button", { type: "button", className: "small", text: "Redeliver", onclick: () => redeliver(f.timer_id, f.fire_id) })),
+              el("td", {}, smallButton("Redeliver", () => redeliver(f.timer_id, f.fire_id))),
             ),
           ),
         ),
       ),
     ),
   );
-  $("failed-groups").replaceChildren(...(blocks.length ? blocks : [el("p", { className: "hint", text: "No failed fire in this window." })]));
+  const none = el("p", { className: "hint", text: "No failed fire in this window." });
+  $("failed-groups").replaceChildren(...(blocks.length ? blocks : [none]));
   $("failed-more").hidden = !failed.cursor;
 }
 
@@ -695,9 +732,8 @@ function start() {
     showKind();
     schedulePreview();
   });
-  for (const id of ["after-seconds", "at-time", "cron-expression", "cron-timezone", "every-seconds", "max-fires"]) {
-    $(id).addEventListener("input", schedulePreview);
-  }
+  const scheduleInputs = ["after-seconds", "at-time", "cron-expression", "cron-timezone", "every-seconds"];
+  for (const id of [...scheduleInputs, "max-fires"]) $(id).addEventListener("input", schedulePreview);
   $("target-kind").addEventListener("change", () => ($("target-url-label").hidden = !$("target-kind").value));
   $("create-form").addEventListener("submit", createTimer);
   $("pause-button").addEventListener("click", () => act("pause"));
