@@ -52,7 +52,14 @@ DOCS_ASSETS = {  # Swagger UI, as the aws-lambda-powertools package ships it (of
     "/v1/docs/swagger-ui-bundle.js": ("swagger-ui-bundle.min.js", "application/javascript"),
     "/v1/docs/swagger-ui.css": ("swagger-ui.min.css", "text/css"),
 }
-PUBLIC_PATHS = frozenset({"/v1/health", "/v1/openapi.json", "/v1/docs", *DOCS_ASSETS})
+CONSOLE_FILES = {  # the tenant console: static files of functions/api/console/, packaged with this
+    "/v1/console": ("index.html", "text/html; charset=utf-8"),
+    "/v1/console/console.js": ("console.js", "text/javascript; charset=utf-8"),
+    "/v1/console/console.css": ("console.css", "text/css; charset=utf-8"),
+}
+PUBLIC_PATHS = frozenset(
+    {"/v1/health", "/v1/openapi.json", "/v1/docs", *DOCS_ASSETS, *CONSOLE_FILES}
+)
 StatusFilter = Annotated[
     Literal["active", "paused", "completed"] | None,
     Query(description="Only timers in this status"),
@@ -350,6 +357,8 @@ DOCS_HTML = """<!DOCTYPE html>
   <link rel="stylesheet" href="docs/swagger-ui.css">
 </head>
 <body>
+  <p><a href="console">Tenant console</a>: sign in with an API key to see, create and manage
+     timers in the browser.</p>
   <div id="swagger-ui">Loading...</div>
   <script src="docs/swagger-ui-bundle.js"></script>
   <script>
@@ -366,6 +375,60 @@ DOCS_HTML = """<!DOCTYPE html>
 </body>
 </html>
 """
+
+
+# ---------------------------------------------------------------- the tenant console (no key)
+# The page and its assets are public, like the docs page: the key is typed into the page and
+# sent by its script as x-api-key. The files are the repo's own (no CDN, no build step).
+
+CONSOLE_DIR = Path(__file__).parent / "console"
+# The page runs only its own script and style and talks only to this API: an injected
+# <script> or inline handler cannot run, so a key in sessionStorage is not an XSS away.
+CONSOLE_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
+CONSOLE_HEADERS = {
+    "Content-Security-Policy": CONSOLE_CSP,
+    # Revalidate every time: the files are not versioned by name, and a page of one deploy
+    # with the script of another would break.
+    "Cache-Control": "no-cache",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def _console_route(path: str) -> None:
+    filename, media = CONSOLE_FILES[path]
+    declared = media.split(";", 1)[0]
+
+    @app.get(
+        path,
+        summary=f"The tenant console's {filename}" if path != "/v1/console" else (
+            "The tenant console: timers, fires and failed fires in the browser"),
+        security=[],
+        tags=["console"],
+        compress=True,
+        responses={
+            200: {"description": filename, "content": {declared: {"schema": {"type": "string"}}}},
+            **errors(405),
+        },
+    )  # fmt: skip
+    def console_file() -> Response[str]:
+        return Response(status_code=200, content_type=media, body=_console_file(filename),
+                        headers=dict(CONSOLE_HEADERS))  # fmt: skip
+
+    console_file.__name__ = "console_" + filename.replace(".", "_")
+
+
+for _path in CONSOLE_FILES:
+    _console_route(_path)
+
+
+@cache
+def _console_file(filename: str) -> str:
+    return (CONSOLE_DIR / filename).read_text(encoding="utf-8")
 
 
 # ---------------------------------------------------------------- errors, in one place

@@ -2,7 +2,7 @@
 
 Starts, in order: a redis-server, a moto server with the template's tables and queues, a
 sandbox pool per template function, the HTTP gateway (Api routes + Lambda Invoke), the demo
-tenant, then the template's schedules. Prints the four ready lines and runs until Ctrl-C.
+tenant, then the template's schedules. Prints the ready lines and runs until Ctrl-C.
 Anything that fails - a busy port, a missing piece, a component that dies - stops everything
 with one line naming the cause and a non-zero exit.
 """
@@ -155,6 +155,7 @@ class LocalStack:
     def ready_lines(self) -> list[str]:
         return [
             f"API: {self.config.api_endpoint}/v1",
+            f"Console: {self.config.api_endpoint}/v1/console",
             f"AWS endpoint: {self.config.aws_endpoint}",
             f"Tenant demo API key: {self.demo['api_key']}",
             f"Tenant demo callback queue: {self.demo['callback_queue_url']}",

@@ -1,9 +1,5 @@
-"""The docs page (``GET /v1/docs``) in a real browser: headless Chromium, driven by Selenium.
-
-Debian's ``chromium`` and ``chromium-driver`` (``/usr/bin/chromium``, ``/usr/bin/chromedriver``)
-are used as installed - Selenium downloads nothing. CI (``.ci/run``) installs both and sets
-``TIMERS_REQUIRE_BROWSER=1``, so there a missing browser fails; elsewhere the test is skipped
-only when the browser is absent.
+"""The docs page (``GET /v1/docs``) in a real browser: headless Chromium, driven by Selenium
+(the ``browser`` fixture of conftest.py: Debian's chromium and chromedriver, required in CI).
 
 The page must work offline: Swagger UI's assets come from the API itself, and the browser
 runs with background networking off, so a request to anywhere else would show up as a failed
@@ -12,9 +8,6 @@ load in its console, which must stay free of errors.
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,35 +17,7 @@ from tests.support.local_stack import RunningStack
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 RENDER_TIMEOUT_S = 60
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-        if os.environ.get("TIMERS_REQUIRE_BROWSER") == "1":
-            pytest.fail("chromium and chromium-driver are required here (apt-get install them)")
-        pytest.skip("no chromium/chromedriver (Debian: apt-get install chromium chromium-driver)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--disable-quic", "--no-first-run", "--window-size=1280,2000",
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
-    ):  # fmt: skip
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def test_the_docs_page_shows_every_operation_and_calls_the_api(

@@ -78,6 +78,10 @@ def collect(
 def test_ready_lines_name_the_endpoints_and_a_working_demo_key(stack: RunningStack) -> None:
     api_port, aws_port, _ = stack.ports
     assert stack.api == f"http://127.0.0.1:{api_port}/v1"
+    assert stack.console == f"http://127.0.0.1:{api_port}/v1/console"
+    status, page, headers = stack.request("GET", "/console", content_type=None)
+    assert (status, headers["content-type"]) == (200, "text/html; charset=utf-8")
+    assert "Timer service console" in page
     assert stack.aws_endpoint == f"http://127.0.0.1:{aws_port}"
     assert stack.ready["Tenant demo API key: "] == DEMO_KEY
     status, body, _ = stack.request("GET", "/tenant", key=DEMO_KEY)

@@ -22,6 +22,7 @@ from ops.template import ROOT
 READY_TIMEOUT_S = 180.0  # a cold start of four sandboxes plus moto on a busy 2-core runner
 READY_PREFIXES = (
     "API: ",
+    "Console: ",
     "AWS endpoint: ",
     "Tenant demo API key: ",
     "Tenant demo callback queue: ",
@@ -85,6 +86,10 @@ class RunningStack:
     @property
     def api(self) -> str:
         return self.ready["API: "]
+
+    @property
+    def console(self) -> str:
+        return self.ready["Console: "]
 
     @property
     def aws_endpoint(self) -> str:

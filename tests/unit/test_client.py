@@ -33,7 +33,10 @@ from timers_client import (
 from timers_client.cli import duration
 from timers_client.client import REQUEST_FIELDS
 
-DOCS_PAGE = {"/v1/docs", "/v1/docs/swagger-ui-bundle.js", "/v1/docs/swagger-ui.css"}  # for people
+DOCS_PAGE = {  # for people: the docs page and the console, with their assets
+    *("/v1/docs", "/v1/docs/swagger-ui-bundle.js", "/v1/docs/swagger-ui.css"),
+    *("/v1/console", "/v1/console/console.js", "/v1/console/console.css"),
+}
 
 
 @pytest.fixture(scope="module")

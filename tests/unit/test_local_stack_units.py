@@ -373,3 +373,17 @@ def test_the_template_is_read_from_the_given_path(tmp_path: Path) -> None:
     stack = load_stack({}, path=tmp_path / "template.yaml")
     assert (stack.functions["Fn"].module, stack.functions["Fn"].timeout_s) == ("main", 9.0)
     assert (stack.stack_name, stack.region, stack.routes) == ("timers", "us-east-1", [])
+
+
+def test_the_ready_lines_name_the_api_and_its_console() -> None:
+    from ops.local.stack import LocalConfig, LocalStack
+
+    stack = LocalStack(LocalConfig(api_port=3100, aws_port=4600), say=lambda line: None)
+    stack.demo = {"api_key": "tk_demo", "callback_queue_url": "http://q/demo"}
+    assert stack.ready_lines() == [
+        "API: http://127.0.0.1:3100/v1",
+        "Console: http://127.0.0.1:3100/v1/console",
+        "AWS endpoint: http://127.0.0.1:4600",
+        "Tenant demo API key: tk_demo",
+        "Tenant demo callback queue: http://q/demo",
+    ]

@@ -1,0 +1,97 @@
+"""The tenant console's files (``GET /v1/console`` and its script and style): served by the api
+function with no key, under a Content-Security-Policy that lets the page run only its own
+script, and linked from the docs page."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from functions.api import app as api_app
+from ops import template
+from ops.local.apigw import HttpResponse, from_proxy_result
+from ops.local.context import LambdaContext
+from tests.integration.api_harness import Api, make_api
+from tests.support import apigw
+from tests.support.clock import FakeClock
+
+FILES = {
+    "/v1/console": "text/html",
+    "/v1/console/console.js": "text/javascript",
+    "/v1/console/console.css": "text/css",
+}
+
+
+@pytest.fixture
+def api(
+    aws: None, clock: FakeClock, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Api]:
+    yield make_api(monkeypatch, clock, redis_url)
+
+
+def get(path: str, headers: dict[str, str] | None = None) -> HttpResponse:
+    """The api function's answer as API Gateway gives it to the browser (bodies are not JSON)."""
+    event = apigw.event("GET", path, headers=headers or {}, content_type=None)
+    result = api_app.handler(event, LambdaContext(function_name="api"))
+    response = from_proxy_result(json.dumps(result).encode())
+    assert response is not None, result
+    return response
+
+
+@pytest.mark.parametrize("path", FILES)
+def test_each_file_is_served_without_a_key_under_a_strict_policy(api: Api, path: str) -> None:
+    response = get(path)
+    headers = {name.lower(): value for name, value in response.headers}
+    assert response.status == 200
+    assert headers["content-type"].split(";")[0] == FILES[path]
+    policy = dict(
+        part.strip().split(" ", 1) for part in headers["content-security-policy"].split(";")
+    )
+    assert policy["default-src"] == "'self'"
+    assert policy["script-src"] == "'self'"  # no 'unsafe-inline', no other origin
+    assert policy["frame-ancestors"] == "'none'"
+    assert headers["cache-control"] == "no-cache"
+    assert headers["x-content-type-options"] == "nosniff"
+    assert response.body == (api_app.CONSOLE_DIR / api_app.CONSOLE_FILES[path][0]).read_bytes()
+
+
+def test_the_page_loads_only_its_own_files_and_has_no_inline_script(api: Api) -> None:
+    page = get("/v1/console").body.decode()
+    assert '<script src="console/console.js" defer></script>' in page
+    assert '<link rel="stylesheet" href="console/console.css">' in page
+    assert "<script>" not in page and "style=" not in page
+    assert not re.search(r"\son\w+=", page)  # no inline event handler: the CSP would block it
+    assert "http://" not in page and "https://" not in page  # nothing from elsewhere
+
+
+def test_a_wrong_key_or_method_changes_nothing(api: Api) -> None:
+    assert api.call("GET", "/v1/tenant", tenant=None).status == 401  # unlike the console's files
+    assert get("/v1/console", {"x-api-key": "tk_not-a-key"}).status == 200  # the key is ignored
+    event = apigw.event("POST", "/v1/console", body={}, headers={})
+    result = api_app.handler(event, LambdaContext(function_name="api"))
+    assert (result["statusCode"], result["headers"]["Allow"]) == (405, "GET")
+
+
+def test_the_docs_page_links_the_console(api: Api) -> None:
+    assert '<a href="console">' in get("/v1/docs").body.decode()
+
+
+def test_the_document_lists_the_console_as_public(api: Api) -> None:
+    paths = json.loads(api_app.openapi_document())["paths"]
+    for path, media in FILES.items():
+        operation = paths[path]["get"]
+        assert operation["security"] == []
+        assert operation["tags"] == ["console"]
+        assert media in operation["responses"]["200"]["content"]
+
+
+def test_the_files_ship_with_the_function() -> None:
+    # sam build packages the function's CodeUri directory: the console must be inside it.
+    code_uri = template.resources("AWS::Serverless::Function")["ApiFunction"]["CodeUri"]
+    assert api_app.CONSOLE_DIR.is_relative_to(template.ROOT / code_uri)
+    assert {name for name, _ in api_app.CONSOLE_FILES.values()} == {
+        path.name for path in api_app.CONSOLE_DIR.iterdir()
+    }
