@@ -682,6 +682,14 @@ def test_a_redelivered_message_reopens_a_failure_from_before_its_redelivery_only
     assert deliver(stamped, d).verdict == "duplicate"  # failed after its redelivery
     assert len(server.at("/back")) == 1
 
+    # Stamped by an api whose clock is ahead of this one: its failure still comes after it.
+    ahead = d.clock() + 5_000
+    server.on("/back", 400)
+    late = Message("m3", "rh", plain.body, {**plain.attributes, REDELIVERED: str(ahead)})
+    assert deliver(late, d).verdict == "failed"
+    assert records.states[ref].failed_ms == ahead + 1
+    assert deliver(late, d).verdict == "duplicate"
+
 
 def test_a_message_without_its_attributes_is_dead_lettered(
     deps: tuple[DeliveryDeps, Any],

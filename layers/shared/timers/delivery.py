@@ -184,7 +184,7 @@ def deliver(message: Message, deps: DeliveryDeps) -> Outcome:
             deps.requeue(message, delay)  # then this copy is deleted: a fresh receive count
             return Outcome("deferred", reason=f"back in {delay} s")
         reason = f"gave up after {state.attempts} attempts: concurrency_cap"
-        failed = _with(state, failed=reason, failed_ms=now)
+        failed = _with(state, failed=reason, failed_ms=_failed_at(message, now))
         if deps.records.write_delivery(ref, failed, before):
             _record_failure(message, failed, deps)
         deps.dead_letter(message, reason)
@@ -211,7 +211,7 @@ def deliver(message: Message, deps: DeliveryDeps) -> Outcome:
         reason = attempt.label
         if result == "retry":
             reason = f"gave up after {after.attempts} attempts: {attempt.label}"
-        after = _with(after, failed=reason, failed_ms=now)
+        after = _with(after, failed=reason, failed_ms=_failed_at(message, now))
         outcome = Outcome("failed", reason=reason)
     if not deps.records.write_delivery(ref, after, before):
         # Another copy of this message counted an attempt meanwhile: its record stands, and
@@ -229,6 +229,14 @@ def deliver(message: Message, deps: DeliveryDeps) -> Outcome:
 
 def _with(state: DeliveryState, **changes: Any) -> DeliveryState:
     return DeliveryState(**{**vars(state), **changes})
+
+
+def _failed_at(message: Message, now_ms: int) -> int:
+    """When a fire fails: now - but after the redelivery that sent this message, should this
+    host's clock be behind the api's, so a copy of the message never takes this failure for
+    one from before its redelivery (and reopens it)."""
+    stamp = redelivered_at(message.attributes)
+    return now_ms if stamp is None else max(now_ms, stamp + 1)
 
 
 def _current(before: DeliveryState | None, message: Message) -> DeliveryState | None:
@@ -308,7 +316,8 @@ def settle_redriven(message: Message, deps: DeliveryDeps) -> Outcome:
             reason = current.failed  # failed already, but maybe killed before its dead letter
             _record_failure(message, current, deps)  # (and before its failed fire)
         else:
-            failed = _with(current or DeliveryState(), failed=reason, failed_ms=deps.clock())
+            state = current or DeliveryState()
+            failed = _with(state, failed=reason, failed_ms=_failed_at(message, deps.clock()))
             if not deps.records.write_delivery(ref, failed, before):
                 raise RuntimeError("delivery record changed meanwhile")
             _record_failure(message, failed, deps)

@@ -150,7 +150,9 @@ class FailedFireService:
         before finishing (or runs alongside) marked it."""
         if record.redelivered_ms is not None:
             return record, record.redelivered_ms
-        stamp = self.clock()
+        # After the failure even if this host's clock is behind the delivery function's: the
+        # message reopens only a failure from before its stamp.
+        stamp = max(self.clock(), record.failed_ms + 1)
         if self.failures.mark_redelivered(record, stamp):
             return replace(record, redelivered_ms=stamp), stamp
         again = self.failures.get(record.tenant, record.failed_ms, record.fire_id)
