@@ -4,6 +4,7 @@ the document the API serves, so the two cannot drift."""
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import time
@@ -340,7 +341,7 @@ class Client:
         path = f"/timers/{_id(timer_id)}/fires/{_fire_id(fire_id)}/redeliver"
         return FailedFire.from_json(self._call("POST", path))
 
-    def redeliver_all(self, timer_id: str) -> list[FailedFire]:
+    def redeliver_all(self, timer_id: str) -> builtins.list[FailedFire]:
         """Redeliver every failed fire of the timer not redelivered yet (at most 100 a call:
         call again while it returns 100)."""
         answer = self._call("POST", f"/timers/{_id(timer_id)}/fires:redeliver")

@@ -320,7 +320,7 @@ def list_failed_fires(
         None if since is None else parse_ms(since),
         None if until is None else parse_ms(until),
     )
-    return m.FailedFireList(**runtime().failures.list(tenant(), *window, limit, cursor))
+    return m.FailedFireList(**runtime().failures.list_failed(tenant(), *window, limit, cursor))
 
 
 @app.post(

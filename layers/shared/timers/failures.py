@@ -48,7 +48,7 @@ class FailedFireService:
 
     # ---------------------------------------------------------------- list
 
-    def list(
+    def list_failed(
         self,
         tenant: Tenant,
         since_ms: int | None,
