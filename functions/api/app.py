@@ -329,8 +329,8 @@ def list_failed_fires(
         **ok(
             202,
             "Redelivered: its message (same body, same fire id, so consumers still dedupe on "
-            "webhook-id) is on the delivery queue again, with a new retry budget from now; the "
-            "fire's history shows it enqueued again",
+            "webhook-id) is on the delivery queue again, for the timer's target as it is now, "
+            "with a new retry budget from now; the fire's history shows it enqueued again",
             m.FailedFireOut,
         ),
         **errors(*ONE_TIMER, 409),

@@ -785,7 +785,7 @@ def test_a_dead_lettered_fire_is_listed_and_can_be_redelivered(delivery: Deliver
     """A message SQS moved off the delivery queue (maxReceiveCount: the function kept
     crashing on it) fails dead_lettered when the redrive queue's batch settles it."""
     d, server = delivery, delivery.server
-    timer_id = d.fire(server.on("/later", 200))
+    timer_id = d.fire(server.on("/later", 200), headers={"X-Token": "old"})
     (m,) = d.receive()
     d.sqs.send_message(  # what SQS's redrive does, without the 100 crashing receives
         QueueUrl=d.redrive,
@@ -800,12 +800,17 @@ def test_a_dead_lettered_fire_is_listed_and_can_be_redelivered(delivery: Deliver
         0,
         None,
     )
+    # The target as the timer has it now: a URL or token fixed meanwhile takes effect.
+    fixed = {"url": server.on("/fixed", 200), "headers": {"X-Token": "new"}}
+    assert d.rig.api.call("PATCH", f"/v1/timers/{timer_id}", body={"target": fixed}).status == 200
     assert d.redeliver(timer_id, failed["fire_id"]).status == 202
     assert d.handle(d.receive()) == []
     (fire,) = d.history(timer_id)
     assert (fire["attempts"], fire["last_status"]) == (1, 200)
     assert fire["delivered_at"] is not None
-    assert len(server.at("/later")) == 1
+    assert server.at("/later") == []
+    (request,) = server.at("/fixed")
+    assert request.headers["x-token"] == "new" and request.body.decode() == m["Body"]
 
 
 def test_failed_fires_are_filtered_by_time_and_paged_newest_first(delivery: Delivery) -> None:

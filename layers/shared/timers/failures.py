@@ -1,7 +1,8 @@
 """Use cases of failed fires: list a tenant's, redeliver one or all of a timer's.
 
 A redelivery sends the message that failed again - the same body and fire id, so consumers
-still dedupe on ``webhook-id`` - and makes the fire's delivery record pending again with a new
+still dedupe on ``webhook-id``, to the timer's HTTP target as it is now (a fixed URL or a new
+token takes effect) - and makes the fire's delivery record pending again with a new
 retry budget counted from the redelivery (its attempts kept). The failure's record says when
 it was redelivered; if the fire fails again, that is a new failure with a record of its own.
 """
@@ -141,7 +142,10 @@ class FailedFireService:
         if record is None:
             raise NotFound(f"no failed fire {fire_id!r} of timer {timer.id!r}")
         record, stamp = self._marked(record)
-        self.delivery_queue.send(record.body, record.redelivery_attributes(stamp))
+        attributes = record.redelivery_attributes(stamp)
+        if timer.webhook is not None:  # its target now: the user may have fixed the URL
+            attributes["target"] = timer.webhook.to_json()
+        self.delivery_queue.send(record.body, attributes)
         self.claims.reopen_delivery(at.ref(ref[1]), state.reopened(stamp), state)
         return failed_fire_view(record, timer.name)
 
