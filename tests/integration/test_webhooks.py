@@ -773,7 +773,8 @@ def test_another_tenants_failed_fire_is_not_listed_and_not_found(delivery: Deliv
                  f"/v1/timers/{timer_id}/fires:redeliver"):  # fmt: skip
         reply = d.rig.api.call("POST", path, tenant="globex")
         assert (reply.status, reply.error_code) == (404, "not_found"), path
-    for fire in (f"{timer_id}:{T0 + 2_000}", f"{timer_id}:x", f"tmr_other:{T0 + 1_000}"):
+    for fire in (f"{timer_id}:{T0 + 2_000}", f"{timer_id}:x", f"tmr_other:{T0 + 1_000}",
+                 f"{timer_id}:{'9' * 3_000}"):  # fmt: skip
         reply = d.redeliver(timer_id, fire)
         assert (reply.status, reply.error_code) == (404, "not_found"), fire
     assert d.receive() == []

@@ -20,6 +20,7 @@ from timers.adapters.timers_table import TimerStore
 from timers.core.chain import entry_ref
 from timers.core.errors import FieldError, InvalidInput, InvalidState, NotFound
 from timers.core.failures import (
+    KEY_MAX_MS,
     FailedFire,
     failed_fire_view,
     fire_due_ms,
@@ -125,7 +126,7 @@ class FailedFireService:
         finds the record still failed would be dropped as a duplicate.
         """
         due = fire_due_ms(fire_id)
-        if due is None or fire_timer_id(fire_id) != timer.id:
+        if due is None or due > KEY_MAX_MS or fire_timer_id(fire_id) != timer.id:
             raise NotFound(f"no fire {fire_id!r} of timer {timer.id!r}")
         ref = entry_ref(timer.partition, timer.id, due)
         at = self.claims.locate([ref], consistent=True)[ref]
