@@ -122,8 +122,9 @@ class FailedFireService:
         attempt, consumers dedupe on webhook-id). The message reopens a record that failed
         before its stamp by itself, so a send whose step 3 never comes (or comes after the
         message) is delivered all the same; and step 3's condition keeps it from undoing an
-        attempt the message already made. Record before send would not do: a message that
-        finds the record still failed would be dropped as a duplicate.
+        attempt the message already made. Reopening the record before the send would not do:
+        killed in between, the fire would wait as pending with no message to deliver it, and a
+        retry would find it not failed (409).
         """
         due = fire_due_ms(fire_id)
         if due is None or due > KEY_MAX_MS or fire_timer_id(fire_id) != timer.id:
