@@ -116,6 +116,7 @@ TABLE_SETTINGS = {
     "WakeupsTable": "wakeups_table",
     "TenantsTable": "tenants_table",
     "IdempotencyTable": "idempotency_table",
+    "FailedFiresTable": "failed_fires_table",
 }
 """Logical id of each table -> the Settings field that names it."""
 

@@ -30,7 +30,7 @@ from timers_client.errors import (
     UnsupportedMediaType,
     ValidationError,
 )
-from timers_client.models import Fire, Page, Preview, Tenant, Timer
+from timers_client.models import FailedFire, Fire, Page, Preview, Tenant, Timer
 
 __all__ = [
     "OPERATIONS",
@@ -38,6 +38,7 @@ __all__ = [
     "Client",
     "Config",
     "Conflict",
+    "FailedFire",
     "Fire",
     "InvalidState",
     "MethodNotAllowed",

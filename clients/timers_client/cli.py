@@ -4,6 +4,8 @@
     timers create --cron '0 7 * * 1-5' --tz Europe/Berlin --name standup
     timers ls | timers get ID | timers fires ID | timers pause|resume|rm ID
     timers preview --every 90s --count 5
+    timers failed --since 2026-11-21T00:00:00Z     # webhook fires whose delivery gave up
+    timers redeliver ID [FIRE_ID]    # one failed fire again, or every failed fire of ID
     timers tail                      # the tenant's callbacks as they arrive, with their lag
     timers export > timers.jsonl     # every timer, one JSON object per line
     timers import timers.jsonl       # create them (100 per request), report what failed
@@ -161,6 +163,31 @@ def cmd_fires(client: Client, args: argparse.Namespace) -> Any:
     return {"items": fires}, lambda: table(headers, rows)
 
 
+FAILED_HEADERS = ("FAILED AT", "FIRE ID", "REASON", "LAST STATUS")
+
+
+def failed_rows(fires: Iterable[Any]) -> list[list[Any]]:
+    return [[f.failed_at, f.fire_id, f.reason, f.last_status] for f in fires]
+
+
+def cmd_failed(client: Client, args: argparse.Namespace) -> Any:
+    fires = []
+    for fire in client.failed_fires(since=args.since, until=args.until):
+        fires.append(fire)
+        if args.limit is not None and len(fires) >= args.limit:
+            break
+    return {"items": fires}, lambda: table(FAILED_HEADERS, failed_rows(fires))
+
+
+def cmd_redeliver(client: Client, args: argparse.Namespace) -> Any:
+    if args.fire_id is not None:
+        fires = [client.redeliver(args.id, args.fire_id)]
+    else:
+        fires = client.redeliver_all(args.id)
+    text = "\n".join(f"redelivered {f.fire_id}" for f in fires) or "(no failed fire to redeliver)"
+    return {"items": fires}, lambda: text
+
+
 def _state_change(name: str) -> Callable[[Client, argparse.Namespace], Any]:
     def run(client: Client, args: argparse.Namespace) -> Any:
         timer = getattr(client, name)(args.id)
@@ -303,6 +330,13 @@ class Progress:
             print(file=self.stream)
 
 
+def _json_here_too(command: argparse.ArgumentParser) -> None:
+    """``--json`` after the command as well as before it (SUPPRESS: absent, the one before
+    it stands)."""
+    command.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                         help="print JSON instead of a table")  # fmt: skip
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="timers",
@@ -348,6 +382,21 @@ def parser() -> argparse.ArgumentParser:
     fires.add_argument("id")
     fires.add_argument("--limit", type=int)
     fires.set_defaults(run=cmd_fires)
+
+    failed = sub.add_parser("failed", help="the tenant's failed webhook fires, newest first")
+    failed.add_argument("--since", metavar="TIME", help="failed at or after this RFC 3339 time")
+    failed.add_argument("--until", metavar="TIME", help="failed at or before this RFC 3339 time")
+    failed.add_argument("--limit", type=int, help="at most this many")
+    _json_here_too(failed)
+    failed.set_defaults(run=cmd_failed)
+
+    redeliver = sub.add_parser(
+        "redeliver", help="send a failed fire again (same fire id); no FIRE_ID: all of the timer's"
+    )
+    redeliver.add_argument("id", metavar="TIMER_ID")
+    redeliver.add_argument("fire_id", nargs="?", metavar="FIRE_ID")
+    _json_here_too(redeliver)
+    redeliver.set_defaults(run=cmd_redeliver)
 
     rm = sub.add_parser("rm", help="cancel timers: they never fire again")
     rm.add_argument("ids", nargs="+", metavar="id")

@@ -4,6 +4,7 @@ the document the API serves, so the two cannot drift."""
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import time
@@ -17,7 +18,7 @@ from urllib.parse import quote
 import httpx
 
 from timers_client.errors import ApiError, error_from
-from timers_client.models import Fire, Page, Preview, Tenant, Timer
+from timers_client.models import FailedFire, Fire, Page, Preview, Tenant, Timer
 
 _UNSET: Any = object()
 
@@ -35,6 +36,9 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "pause": ("POST", "/v1/timers/{timer_id}/pause"),
     "resume": ("POST", "/v1/timers/{timer_id}/resume"),
     "fires_page": ("GET", "/v1/timers/{timer_id}/fires"),
+    "failed_fires_page": ("GET", "/v1/fires"),
+    "redeliver": ("POST", "/v1/timers/{timer_id}/fires/{fire_id}/redeliver"),
+    "redeliver_all": ("POST", "/v1/timers/{timer_id}/fires:redeliver"),
     "preview": ("POST", "/v1/schedule-preview"),
 }
 # Request bodies: SDK method -> (schema name, the method's parameters that fill it).
@@ -293,6 +297,56 @@ class Client:
                 return
             cursor = page.next_cursor
 
+    def failed_fires_page(
+        self,
+        *,
+        status: str = "failed",
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[FailedFire]:
+        query = _query(
+            status=status,
+            since=None if since is None else _rfc3339(since),
+            until=None if until is None else _rfc3339(until),
+            limit=limit,
+            cursor=cursor,
+        )
+        answer = self._call("GET", "/fires", query=query)
+        return Page([FailedFire.from_json(f) for f in answer["items"]], answer["next_cursor"])
+
+    def failed_fires(
+        self,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        *,
+        page_size: int = 50,
+    ) -> Iterator[FailedFire]:
+        """The tenant's failed fires (HTTP targets whose delivery gave up) that failed between
+        ``since`` and ``until`` (both included, both optional), newest first, page after page.
+        A redelivered one stays listed, with ``redelivered_at``."""
+        cursor = None
+        while True:
+            page = self.failed_fires_page(since=since, until=until, limit=page_size, cursor=cursor)
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def redeliver(self, timer_id: str, fire_id: str) -> FailedFire:
+        """Send a failed fire's callback again - the same body and fire id, so consumers still
+        dedupe on ``webhook-id`` - with a new retry budget. InvalidState if it is not failed
+        (delivered, or redelivered and not failed again); NotFound if there is no such fire."""
+        path = f"/timers/{_id(timer_id)}/fires/{_fire_id(fire_id)}/redeliver"
+        return FailedFire.from_json(self._call("POST", path))
+
+    def redeliver_all(self, timer_id: str) -> builtins.list[FailedFire]:
+        """Redeliver every failed fire of the timer not redelivered yet (at most 100 a call:
+        call again while it returns 100)."""
+        answer = self._call("POST", f"/timers/{_id(timer_id)}/fires:redeliver")
+        return [FailedFire.from_json(f) for f in answer["items"]]
+
     def preview(
         self,
         schedule: dict[str, Any],
@@ -355,6 +409,11 @@ def _retry_after(response: httpx.Response, attempt: int) -> float:
 
 def _id(timer_id: str) -> str:
     return quote(timer_id, safe="")
+
+
+def _fire_id(fire_id: str) -> str:
+    """``<timer id>:<due ms>``: the colon is a valid path character, left as it is."""
+    return quote(fire_id, safe=":")
 
 
 def _body(**fields: Any) -> dict[str, Any]:

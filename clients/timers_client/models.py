@@ -57,6 +57,25 @@ class Fire:
 
 
 @dataclass(frozen=True)
+class FailedFire:
+    """A fire of an HTTP target whose delivery gave up (``GET /v1/fires?status=failed``)."""
+
+    fire_id: str
+    timer_id: str
+    name: str | None
+    due_at: str
+    failed_at: str
+    reason: str
+    last_status: int | None
+    attempts: int
+    redelivered_at: str | None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FailedFire:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
 class Page(Generic[T]):
     """One page of a listing; ``next_cursor`` is None on the last."""
 

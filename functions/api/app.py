@@ -15,6 +15,7 @@ from functools import cache
 from http import HTTPStatus
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import unquote
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
@@ -36,6 +37,7 @@ from timers.adapters.tenants import Tenant, summary
 from timers.core import strict_json
 from timers.core.errors import DomainError, FieldError, PayloadTooLarge, RateLimited, Unauthorized
 from timers.core.timer import serialize_payload
+from timers.core.times import parse_ms
 from timers.runtime import DAY_MS, Runtime, build_runtime
 
 logger = Logger()
@@ -65,6 +67,15 @@ StatusFilter = Annotated[
     Query(description="Only timers in this status"),
 ]
 Limit = Annotated[int, Query(ge=1, le=100, description="Page size")]
+FireStatusFilter = Annotated[
+    Literal["failed"], Query(description="Which fires: `failed` (the only one for now)")
+]
+Since = Annotated[
+    m.Rfc3339 | None, Query(description="Only fires that failed at or after this instant")
+]
+Until = Annotated[
+    m.Rfc3339 | None, Query(description="Only fires that failed at or before this instant")
+]
 Cursor = Annotated[
     str | None, Query(max_length=2048, description="`next_cursor` of the previous page")
 ]
@@ -83,8 +94,8 @@ _WHEN = {
     401: "unauthorized: missing or unknown x-api-key",
     404: "not_found: no such timer for this tenant",
     405: "method_not_allowed: the path does not serve this method; `Allow` lists those it does",
-    409: "invalid_state (pause/resume of a completed timer), concurrent_update (the timer kept "
-    "changing under the request: retry)",
+    409: "invalid_state (pause/resume of a completed timer; redelivery of a fire that is not "
+    "failed), concurrent_update (the timer kept changing under the request: retry)",
     413: "payload_too_large: payload over 64 KiB or request body over 256 KiB",
     415: "unsupported_media_type: the body is not sent as JSON (Content-Type: application/json)",
     429: "rate_limited: the tenant is over its request rate; retry after `Retry-After` seconds. "
@@ -287,6 +298,71 @@ def resume_timer(timer_id: str) -> m.TimerOut:
 )
 def list_fires(timer_id: str, limit: Limit = 50, cursor: Cursor = None) -> m.FireList:
     return m.FireList(**runtime().service.fire_history(tenant(), timer_id, limit, cursor))
+
+
+@app.get(
+    "/v1/fires",
+    responses={
+        **ok(
+            200,
+            "A page of the tenant's failed fires (HTTP targets whose delivery gave up: at once, "
+            "after the retry budget, waiting for a slot, or dead-lettered), newest first; a "
+            "redelivered one stays listed with `redelivered_at`",
+            m.FailedFireList,
+        ),
+        **errors(*KEYED, 400),
+    },
+    summary="The tenant's failed fires, newest first",
+)
+def list_failed_fires(
+    status: FireStatusFilter,
+    since: Since = None,
+    until: Until = None,
+    limit: Limit = 50,
+    cursor: Cursor = None,
+) -> m.FailedFireList:
+    window = (
+        None if since is None else parse_ms(since),
+        None if until is None else parse_ms(until),
+    )
+    return m.FailedFireList(**runtime().failures.list_failed(tenant(), *window, limit, cursor))
+
+
+@app.post(
+    "/v1/timers/<timer_id>/fires/<fire_id>/redeliver",
+    responses={
+        **ok(
+            202,
+            "Redelivered: its message (same body, same fire id, so consumers still dedupe on "
+            "webhook-id) is on the delivery queue again, for the timer's target as it is now, "
+            "with a new retry budget from now; the fire's history shows it enqueued again",
+            m.FailedFireOut,
+        ),
+        **errors(*ONE_TIMER, 409),
+    },
+    summary="Redeliver one failed fire",
+)
+def redeliver_fire(timer_id: str, fire_id: str) -> Response[m.FailedFireOut]:
+    view = runtime().failures.redeliver(tenant(), timer_id, unquote(fire_id))
+    return _json(HTTPStatus.ACCEPTED, view)
+
+
+@app.post(
+    "/v1/timers/<timer_id>/fires:redeliver",
+    responses={
+        **ok(
+            202,
+            "Every failed fire of the timer not redelivered yet, redelivered: at most 100 per "
+            "request (the newest; call again for more), found among the tenant's newest 10,000 "
+            "failures",
+            m.FailedFireBatchOut,
+        ),
+        **errors(*ONE_TIMER),
+    },
+    summary="Redeliver every failed fire of a timer",
+)
+def redeliver_fires(timer_id: str) -> Response[m.FailedFireBatchOut]:
+    return _json(HTTPStatus.ACCEPTED, runtime().failures.redeliver_all(tenant(), timer_id))
 
 
 @app.post(

@@ -29,6 +29,7 @@ from botocore.config import Config
 
 from timers.adapters import http_target, tenants
 from timers.adapters.claims import ClaimStore
+from timers.adapters.failed_fires import FailedFireStore
 from timers.adapters.target_slots import TargetSlots
 from timers.config import Settings
 from timers.delivery import (
@@ -111,6 +112,9 @@ def deps() -> DeliveryDeps:
         ),
         dead_letter=dead_letter,
         requeue=requeue,
+        failed_fires=FailedFireStore(
+            settings_.failed_fires_table, settings_.fire_retention_days, dynamodb
+        ),
         clock=wall_clock_ms,
     )
 

@@ -66,7 +66,10 @@ def test_no_answer_of_the_api_breaks_its_own_contract(local_stack: RunningStack)
     )
     report = run.stdout + run.stderr
     assert run.returncode == 0, report
-    assert "18 selected / 18 total" in report  # every operation of the document was fuzzed
+    _, document, _ = local_stack.request("GET", "/openapi.json")
+    operations = sum(len(item) for item in document["paths"].values())
+    # every operation of the document was fuzzed
+    assert f"{operations} selected / {operations} total" in report
     counts = re.search(r"(\d+) generated, (\d+) passed", report)
     assert counts, report
     generated, passed = map(int, counts.groups())

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -304,3 +307,44 @@ def test_without_the_setting_loopback_targets_are_refused(local_stack: RunningSt
     )  # fmt: skip
     assert status == 400 and body["error"]["code"] == "validation_error"
     assert body["error"]["details"][0]["field"] == "target.url"
+
+
+def test_a_failed_webhook_fire_is_found_and_redelivered_with_the_cli(stack: RunningStack) -> None:
+    """Issue 20's "done when", from a shell: a fire whose endpoint answers 400 shows in
+    ``timers failed``; once the endpoint is fixed, ``timers redeliver`` sends it again with
+    the same webhook-id, and it is delivered."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TIMERS_", "AWS_"))}
+    env.update(TIMERS_API=stack.api, TIMERS_API_KEY=DEMO_KEY)
+
+    def timers(*args: str) -> Any:
+        run = subprocess.run(
+            [str(Path(sys.executable).parent / "timers"), "--json", *args],
+            env=env, capture_output=True, text=True, timeout=60, cwd="/",
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        return json.loads(run.stdout)
+
+    with webhook_server() as server:
+        url = server.on("/fixed-later", 400, 200)
+        made = timers("create", "--in", "1s", "--url", url, "--name", "redeliver-me")
+        deadline = time.monotonic() + DELIVERY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            failed = [f for f in timers("failed")["items"] if f["timer_id"] == made["id"]]
+            if failed:
+                break
+            time.sleep(0.2)
+        (fire,) = failed
+        assert (fire["reason"], fire["last_status"], fire["redelivered_at"]) == (
+            "http 400", 400, None,
+        )  # fmt: skip
+        (redelivered,) = timers("redeliver", made["id"], fire["fire_id"])["items"]
+        assert redelivered["redelivered_at"] is not None
+        assert server.wait_for("/fixed-later", 2, DELIVERY_TIMEOUT_S), "not redelivered"
+        first, second = server.at("/fixed-later")
+        assert first.headers["webhook-id"] == second.headers["webhook-id"] == fire["fire_id"]
+        while time.monotonic() < deadline:
+            (shown,) = timers("fires", made["id"])["items"]
+            if shown["delivered_at"] is not None:
+                break
+            time.sleep(0.2)  # the record lands just after the POST's answer
+        assert (shown["status"], shown["attempts"], shown["last_status"]) == ("enqueued", 2, 200)

@@ -18,6 +18,10 @@ from ops.template import local_settings
 from tests.support import apigw
 from tests.support.clock import FakeClock
 from timers.adapters import tenants
+from timers.adapters.failed_fires import DeliveryQueue
+from timers.core.chain import Entry, entry_ref
+from timers.core.failures import FailedFire
+from timers.core.webhooks import DeliveryState
 from timers.runtime import Runtime, build_runtime
 
 SETTINGS = local_settings()
@@ -103,3 +107,29 @@ def make_api(monkeypatch: pytest.MonkeyPatch, clock: FakeClock, redis_url: str) 
         tenants.put_tenant(name, queues[name], clock())
         keys[name] = tenants.add_key(name, clock())
     return Api(runtime, clock, keys, queues)
+
+
+def seed_failed_fire(api: Api, timer_id: str, fire_id: str) -> None:
+    """What the trigger and the delivery function leave of an HTTP fire that failed: its claim
+    entry (sent to the delivery queue), its delivery record (failed) and its failure, with the
+    message; and the delivery queue a redelivery sends it to."""
+    sqs = boto3.client("sqs")
+    queue = sqs.create_queue(QueueName="DeliveryQueue")["QueueUrl"]
+    api.runtime.failures.delivery_queue = DeliveryQueue(queue, sqs)
+    timer = api.runtime.service.timers.get("acme", timer_id)
+    assert timer is not None
+    due = int(fire_id.rpartition(":")[2])
+    ref = entry_ref(timer.partition, timer_id, due)
+    claims = api.runtime.service.claims
+    sent = Entry(state="d", rev=timer.rev, n=1, enqueued=due, hook=True)
+    assert claims.claim(ref[0], {ref[1]: sent})
+    failed = DeliveryState(1, due, due, 400, failed="http 400", failed_ms=due + 5)
+    assert claims.write_delivery(ref, failed, None)
+    api.runtime.failures.failures.put(
+        FailedFire(
+            tenant="acme", fire_id=fire_id, timer_id=timer_id, reason="http 400",
+            last_status=400, attempts=1, failed_ms=due + 5, body=json.dumps({"fire_id": fire_id}),
+            attributes={"fire_id": fire_id, "tenant": "acme", "claim": " ".join(ref),
+                        "target": '{"url": "https://example.com/h", "headers": {}}'},
+        )
+    )  # fmt: skip

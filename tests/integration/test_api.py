@@ -12,7 +12,7 @@ import boto3
 import pytest
 
 from ops.local.apigw import proxy_event
-from tests.integration.api_harness import Api, make_api
+from tests.integration.api_harness import Api, make_api, seed_failed_fire
 from tests.support import apigw
 from tests.support.chains import fire
 from tests.support.clock import T0, FakeClock
@@ -802,7 +802,11 @@ def test_sample_events_run_through_the_handler(api: Api, path: Path) -> None:
         for part in (event, event["requestContext"]["http"]):
             key = "rawPath" if part is event else "path"
             part[key] = part[key].replace("tmr_example", timer["id"])
-        event["pathParameters"]["id"] = timer["id"]
+        params = event["pathParameters"]
+        for name, value in params.items():
+            params[name] = value.replace("tmr_example", timer["id"])
+        if "fire_id" in params:  # a fire to redeliver
+            seed_failed_fire(api, timer["id"], params["fire_id"])
     reply = api.send(event)
     assert reply.status < 300, (path.name, reply.body)
 

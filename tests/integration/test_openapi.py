@@ -11,7 +11,7 @@ import pytest
 from openapi_spec_validator import validate
 from openapi_spec_validator.validation import OpenAPIV31SpecValidator
 
-from tests.integration.api_harness import Api, make_api
+from tests.integration.api_harness import Api, make_api, seed_failed_fire
 from tests.support.clock import FakeClock
 from timers.adapters import tenants
 
@@ -90,6 +90,16 @@ def test_successes_are_the_contracts(doc: dict[str, Any]) -> None:
     assert schema("post", "/v1/schedule-preview", "200") == "PreviewOut"
     assert schema("get", "/v1/tenant", "200") == "TenantOut"
     assert schema("get", "/v1/health", "200") == "HealthOut"
+    assert schema("get", "/v1/fires", "200") == "FailedFireList"
+    redeliver = "/v1/timers/{timer_id}/fires/{fire_id}/redeliver"
+    assert schema("post", redeliver, "202") == "FailedFireOut"
+    assert schema("post", "/v1/timers/{timer_id}/fires:redeliver", "202") == "FailedFireBatchOut"
+    failed = doc["components"]["schemas"]["FailedFireOut"]
+    assert failed["additionalProperties"] is False
+    assert set(failed["required"]) == set(failed["properties"]) == {
+        "fire_id", "timer_id", "name", "due_at", "failed_at", "reason", "last_status",
+        "attempts", "redelivered_at",
+    }  # fmt: skip
     assert set(doc["paths"]["/v1/timers/{timer_id}"]["delete"]["responses"]) >= {"204"}
     timer = doc["components"]["schemas"]["TimerOut"]
     assert timer["additionalProperties"] is False
@@ -166,6 +176,29 @@ def test_real_answers_conform_to_the_declared_schemas(api: Api, doc: dict[str, A
     conforms(doc, "POST", "/v1/timers", 400, bad.body)
     gone = api.call("DELETE", f"/v1/timers/{timer_id}")
     assert (gone.status, gone.body) == (204, None)
+
+
+def test_failed_fire_answers_conform_to_the_declared_schemas(api: Api, doc: dict[str, Any]) -> None:
+    timer_id = api.create(schedule={"type": "every", "seconds": 60})["id"]
+    fire_id = f"{timer_id}:1795255201000"
+    seed_failed_fire(api, timer_id, fire_id)
+    one = "/v1/timers/{timer_id}/fires/{fire_id}/redeliver"
+    every = "/v1/timers/{timer_id}/fires:redeliver"
+    listed = api.call("GET", "/v1/fires", query={"status": "failed"})
+    assert listed.status == 200 and len(listed.body["items"]) == 1
+    conforms(doc, "GET", "/v1/fires", 200, listed.body)
+    answers = [
+        ("GET", "/v1/fires", "/v1/fires", 400),  # no status
+        ("POST", f"/v1/timers/{timer_id}/fires/{fire_id}/redeliver", one, 202),
+        ("POST", f"/v1/timers/{timer_id}/fires/{fire_id}/redeliver", one, 409),
+        ("POST", f"/v1/timers/{timer_id}/fires/{timer_id}:1/redeliver", one, 404),
+        ("POST", f"/v1/timers/{timer_id}/fires:redeliver", every, 202),
+        ("POST", "/v1/timers/tmr_nope/fires:redeliver", every, 404),
+    ]
+    for method, path, documented, status in answers:
+        reply = api.call(method, path)
+        assert reply.status == status, (method, path, reply.body)
+        conforms(doc, method, documented, status, reply.body)
 
 
 def test_an_idempotency_key_is_a_declared_bounded_header(api: Api, doc: dict[str, Any]) -> None:

@@ -40,7 +40,9 @@ from tests.support.clock import T0
 from tests.support.webhook_server import WebhookServer, webhook_server
 from timers import service as service_module
 from timers.adapters import http_target, tenants
+from timers.adapters.failed_fires import DeliveryQueue, FailedFireStore
 from timers.adapters.target_slots import TargetSlots
+from timers.core.times import format_ms
 from timers.core.webhooks import Attempt, Webhook
 from timers.delivery import (
     DEAD_LETTERED,
@@ -117,9 +119,14 @@ class Delivery:
                 QueueUrl=self.dlq, **dead_letter_body(m, reason)
             ),
             requeue=requeue,
+            failed_fires=FailedFireStore(
+                SETTINGS.failed_fires_table, SETTINGS.fire_retention_days, dynamodb
+            ),
             clock=clock,
             jitter=lambda: 0.0,
         )
+        # The api redelivers to this delivery queue.
+        the_rig.api.runtime.failures.delivery_queue = DeliveryQueue(self.queue, self.sqs)
         settings = replace(
             SETTINGS, delivery_queue_url=self.queue, delivery_redrive_queue_url=self.redrive
         )
@@ -181,6 +188,20 @@ class Delivery:
 
     def history(self, timer_id: str, tenant: str = "acme") -> list[dict[str, Any]]:
         return self.rig.fires(timer_id, tenant)
+
+    def failed(self, tenant: str = "acme", **query: str) -> list[dict[str, Any]]:
+        """GET /v1/fires?status=failed (and ``query``): the items of its one page."""
+        reply = self.rig.api.call(
+            "GET", "/v1/fires", tenant=tenant, query={"status": "failed", **query}
+        )
+        assert reply.status == 200, reply.body
+        assert reply.body["next_cursor"] is None
+        return list(reply.body["items"])
+
+    def redeliver(self, timer_id: str, fire_id: str, tenant: str = "acme") -> Any:
+        return self.rig.api.call(
+            "POST", f"/v1/timers/{timer_id}/fires/{fire_id}/redeliver", tenant=tenant
+        )
 
 
 @pytest.fixture
@@ -661,3 +682,266 @@ def test_a_trigger_killed_around_the_send_still_posts_each_fire_once(
     assert len(server.at("/once")) == 1
     (fire,) = d.history(made["id"])
     assert (fire["status"], fire["attempts"], fire["last_status"]) == ("enqueued", 1, 200)
+
+
+# ---------------------------------------------------------------- failed fires, redelivered
+
+
+def test_a_failed_fire_is_listed_and_once_its_endpoint_is_fixed_redelivered_with_its_id(
+    delivery: Delivery,
+) -> None:
+    d, server = delivery, delivery.server
+    d.wall_clock = True  # (signatures are checked against the real time)
+    url = server.on("/fixed-later", 400, 200)
+    timer_id = d.fire(url, name="invoice", payload={"n": 1})
+    fire_id = f"{timer_id}:{T0 + 1_000}"
+    assert d.failed() == []
+    assert d.handle(d.receive()) == []
+    (failed,) = d.failed()
+    assert failed == {
+        "fire_id": fire_id,
+        "timer_id": timer_id,
+        "name": "invoice",
+        "due_at": "2026-11-21T10:00:01.000Z",
+        "failed_at": failed["failed_at"],
+        "reason": "http 400",
+        "last_status": 400,
+        "attempts": 1,
+        "redelivered_at": None,
+    }
+    d.dead_letters()  # (the DLQ keeps its copy: redelivery does not need it)
+
+    reply = d.redeliver(timer_id, fire_id)
+    assert reply.status == 202, reply.body
+    assert reply.body == {**failed, "redelivered_at": reply.body["redelivered_at"]}
+    assert reply.body["redelivered_at"] is not None
+    (fire,) = d.history(timer_id)
+    assert (fire["status"], fire["reason"], fire["attempts"]) == ("enqueued", None, 1)
+    assert (fire["last_status"], fire["delivered_at"]) == (400, None)
+
+    again = d.receive()
+    assert len(again) == 1
+    assert d.handle(again) == []
+    first, second = server.at("/fixed-later")
+    assert first.headers["webhook-id"] == second.headers["webhook-id"] == fire_id
+    assert first.body == second.body  # the very callback that failed
+    secret = d.rig.api.call("GET", "/v1/tenant").body["webhook_secret"]
+    standardwebhooks.Webhook(secret).verify(second.body, second.headers)
+    (fire,) = d.history(timer_id)
+    assert (fire["status"], fire["attempts"], fire["last_status"]) == ("enqueued", 2, 200)
+    assert fire["delivered_at"] is not None
+    assert d.failed() == [reply.body]  # still listed, as redelivered
+
+    # Delivered now: neither it nor "all of the timer's" redelivers anything.
+    for path in (f"/v1/timers/{timer_id}/fires/{fire_id}/redeliver",
+                 f"/v1/timers/{timer_id}/fires:redeliver"):  # fmt: skip
+        reply = d.rig.api.call("POST", path)
+        if path.endswith(":redeliver"):
+            assert (reply.status, reply.body) == (202, {"items": []})
+        else:
+            assert (reply.status, reply.error_code) == (409, "invalid_state"), reply.body
+    assert d.receive() == []
+
+
+def test_a_delivered_or_redelivered_fire_is_not_redelivered_409(delivery: Delivery) -> None:
+    d, server = delivery, delivery.server
+    ok = d.fire(server.on("/ok", 200))
+    assert d.handle(d.receive()) == []
+    reply = d.redeliver(ok, f"{ok}:{T0 + 1_000}")
+    assert (reply.status, reply.error_code) == (409, "invalid_state")
+    assert "delivered" in reply.body["error"]["message"]
+
+    d.rig.clock.now = T0  # a second timer due at T0 + 1 s
+    gone = d.fire(server.on("/gone", 400))
+    fire_id = f"{gone}:{T0 + 1_000}"
+    assert d.handle(d.receive()) == []
+    assert d.redeliver(gone, fire_id).status == 202
+    reply = d.redeliver(gone, fire_id)  # redelivered, not failed again
+    assert (reply.status, reply.error_code) == (409, "invalid_state")
+    assert len(d.receive()) == 1  # one redelivered message, not two
+    assert d.receive() == []
+
+
+def test_another_tenants_failed_fire_is_not_listed_and_not_found(delivery: Delivery) -> None:
+    d, server = delivery, delivery.server
+    timer_id = d.fire(server.on("/gone", 400))
+    fire_id = f"{timer_id}:{T0 + 1_000}"
+    assert d.handle(d.receive()) == []
+    assert [f["fire_id"] for f in d.failed()] == [fire_id]
+    assert d.failed("globex") == []
+    for path in (f"/v1/timers/{timer_id}/fires/{fire_id}/redeliver",
+                 f"/v1/timers/{timer_id}/fires:redeliver"):  # fmt: skip
+        reply = d.rig.api.call("POST", path, tenant="globex")
+        assert (reply.status, reply.error_code) == (404, "not_found"), path
+    for fire in (f"{timer_id}:{T0 + 2_000}", f"{timer_id}:x", f"tmr_other:{T0 + 1_000}",
+                 f"{timer_id}:{'9' * 3_000}"):  # fmt: skip
+        reply = d.redeliver(timer_id, fire)
+        assert (reply.status, reply.error_code) == (404, "not_found"), fire
+    assert d.receive() == []
+    (fire,) = d.history(timer_id)
+    assert fire["status"] == "failed"  # nothing changed
+
+
+def test_a_dead_lettered_fire_is_listed_and_can_be_redelivered(delivery: Delivery) -> None:
+    """A message SQS moved off the delivery queue (maxReceiveCount: the function kept
+    crashing on it) fails dead_lettered when the redrive queue's batch settles it."""
+    d, server = delivery, delivery.server
+    timer_id = d.fire(server.on("/later", 200), headers={"X-Token": "old"})
+    (m,) = d.receive()
+    d.sqs.send_message(  # what SQS's redrive does, without the 100 crashing receives
+        QueueUrl=d.redrive,
+        MessageBody=m["Body"],
+        MessageAttributes=m["MessageAttributes"],
+    )
+    d.sqs.delete_message(QueueUrl=d.queue, ReceiptHandle=m["ReceiptHandle"])
+    assert d.handle(d.receive(d.redrive), redriven=True) == []
+    (failed,) = d.failed()
+    assert (failed["reason"], failed["attempts"], failed["last_status"]) == (
+        DEAD_LETTERED,
+        0,
+        None,
+    )
+    # The target as the timer has it now: a URL or token fixed meanwhile takes effect.
+    fixed = {"url": server.on("/fixed", 200), "headers": {"X-Token": "new"}}
+    assert d.rig.api.call("PATCH", f"/v1/timers/{timer_id}", body={"target": fixed}).status == 200
+    assert d.redeliver(timer_id, failed["fire_id"]).status == 202
+    assert d.handle(d.receive()) == []
+    (fire,) = d.history(timer_id)
+    assert (fire["attempts"], fire["last_status"]) == (1, 200)
+    assert fire["delivered_at"] is not None
+    assert server.at("/later") == []
+    (request,) = server.at("/fixed")
+    assert request.headers["x-token"] == "new" and request.body.decode() == m["Body"]
+
+
+def test_failed_fires_are_filtered_by_time_and_paged_newest_first(delivery: Delivery) -> None:
+    d, server = delivery, delivery.server
+    ids, messages = fire_all(d, [("acme", server.on("/a", 400)), ("acme", server.on("/b", 400))])
+    first_failed = d.rig.clock()
+    assert d.handle([as_received(messages[0])]) == []
+    d.rig.clock.advance(3_600_000)
+    second_failed = d.rig.clock()
+    assert d.handle([as_received(messages[1])]) == []
+
+    def listed(**query: str) -> list[str]:
+        return [f["timer_id"] for f in d.failed(**query)]
+
+    assert listed() == [ids[1], ids[0]]  # newest first
+    assert listed(since=format_ms(second_failed)) == [ids[1]]  # since is included
+    assert listed(until=format_ms(first_failed)) == [ids[0]]  # until is included
+    assert listed(since="2026-11-21T11:00:00+01:00", until=format_ms(first_failed)) == [ids[0]]
+    assert listed(until=format_ms(first_failed - 1)) == []
+    assert listed(since=format_ms(second_failed + 1)) == []
+
+    api = d.rig.api
+    first = api.call("GET", "/v1/fires", query={"status": "failed", "limit": "1"})
+    assert [f["timer_id"] for f in first.body["items"]] == [ids[1]]
+    cursor = first.body["next_cursor"]
+    second = api.call("GET", "/v1/fires", query={"status": "failed", "limit": "1",
+                                                 "cursor": cursor})  # fmt: skip
+    assert [f["timer_id"] for f in second.body["items"]] == [ids[0]]
+    # a cursor is the tenant's, for its window only
+    for tenant, query in [
+        ("globex", {"status": "failed", "cursor": cursor}),
+        ("acme", {"status": "failed", "cursor": cursor, "since": format_ms(first_failed)}),
+    ]:
+        reply = api.call("GET", "/v1/fires", tenant=tenant, query=query)
+        assert (reply.status, reply.error_fields) == (400, {"cursor"}), (tenant, query)
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"status": "failed", "since": "yesterday"}, "since"),
+        ({"status": "failed", "until": "2026-11-21T10:00:00"}, "until"),  # no offset
+        (
+            {"status": "failed", "since": "2026-11-22T00:00:00Z", "until": "2026-11-21T00:00:00Z"},
+            "since",
+        ),
+        ({"status": "delivered"}, "status"),
+        ({}, "status"),
+        ({"status": "failed", "limit": "0"}, "limit"),
+        ({"status": "failed", "limit": "101"}, "limit"),
+    ],
+)
+def test_a_bad_failed_fires_query_is_a_400_with_the_contracts_body(
+    rig: Rig,  # noqa: F811
+    query: dict[str, str],
+    field: str,
+) -> None:
+    reply = rig.api.call("GET", "/v1/fires", query=query)
+    assert reply.status == 400, reply.body
+    error = reply.body["error"]
+    assert error["code"] == "validation_error" and isinstance(error["message"], str)
+    assert [detail["field"] for detail in error["details"]] == [field]
+
+
+def test_every_failed_fire_of_a_timer_is_redelivered_at_once(delivery: Delivery) -> None:
+    d, server = delivery, delivery.server
+    url = server.on("/down", 400, 400, 200, 200)
+    made = d.rig.api.create(
+        schedule={"type": "every", "seconds": 1}, max_fires=2, target={"url": url}
+    )
+    other = d.rig.api.create(schedule=after(1), target={"url": server.on("/other", 400)})
+    for due in (T0 + 1_000, T0 + 2_000):
+        until_armed(d.rig, due)
+        d.rig.run(delivery_queue_url=d.queue)
+    while messages := d.receive():
+        assert d.handle(messages) == []
+    assert len(d.failed()) == 3
+    fires = {f"{made['id']}:{T0 + 1_000}", f"{made['id']}:{T0 + 2_000}"}
+
+    reply = d.rig.api.call("POST", f"/v1/timers/{made['id']}/fires:redeliver")
+    assert reply.status == 202, reply.body
+    assert {f["fire_id"] for f in reply.body["items"]} == fires
+    assert all(f["redelivered_at"] is not None for f in reply.body["items"])
+    again = d.rig.api.call("POST", f"/v1/timers/{made['id']}/fires:redeliver")
+    assert (again.status, again.body) == (202, {"items": []})  # nothing failed any more
+    while messages := d.receive():
+        assert d.handle(messages) == []
+    assert {f["fire_id"] for f in d.history(made["id"]) if f["delivered_at"]} == fires
+    assert len(server.at("/other")) == 1  # another timer's failed fire stays failed
+    assert d.history(other["id"])[0]["status"] == "failed"
+
+
+def test_a_redelivery_killed_at_any_step_loses_nothing_and_a_retry_finishes_it(
+    delivery: Delivery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed after marking the failure redelivered (before the send): the retry sends it.
+    Killed after the send (before the delivery record is reopened): the message reopens the
+    record itself and is delivered."""
+    d, server = delivery, delivery.server
+    failures = d.rig.api.runtime.failures
+    url = server.on("/flaky", 400, 400, 200, 200)
+    ids, messages = fire_all(d, [("acme", url), ("acme", url)])
+    assert d.handle([as_received(m) for m in messages]) == []
+    before_send, after_send = (f"{i}:{T0 + 1_000}" for i in ids)
+
+    sender = failures.delivery_queue
+
+    class Dies:
+        def send(self, body: str, attributes: Mapping[str, str]) -> None:
+            raise RuntimeError("killed before the send")
+
+    failures.delivery_queue = Dies()
+    reply = d.redeliver(ids[0], before_send)
+    assert reply.status == 500
+    (marked,) = [f for f in d.failed() if f["fire_id"] == before_send]
+    assert marked["redelivered_at"] is not None and d.receive() == []
+    assert d.history(ids[0])[0]["status"] == "failed"
+    failures.delivery_queue = sender
+    reply = d.redeliver(ids[0], before_send)  # the retry resumes: same redelivery
+    assert (reply.status, reply.body["redelivered_at"]) == (202, marked["redelivered_at"])
+
+    def killed(*args: Any) -> bool:
+        raise RuntimeError("killed after the send")
+
+    monkeypatch.setattr(failures.claims, "reopen_delivery", killed)
+    assert d.redeliver(ids[1], after_send).status == 500
+    assert d.history(ids[1])[0]["status"] == "failed"  # not reopened by the api ...
+    while got := d.receive():
+        assert d.handle(got) == []
+    for timer_id in ids:  # ... but by its message: both delivered, once each
+        (fire,) = d.history(timer_id)
+        assert (fire["attempts"], fire["last_status"]) == (2, 200), fire
+    assert len(server.at("/flaky")) == 4

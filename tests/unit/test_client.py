@@ -10,6 +10,7 @@ import inspect
 import json
 from collections.abc import Callable
 from dataclasses import fields
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import httpx
@@ -20,6 +21,7 @@ from timers_client import (
     OPERATIONS,
     ApiError,
     Client,
+    FailedFire,
     Fire,
     InvalidState,
     NotFound,
@@ -29,6 +31,7 @@ from timers_client import (
     Timer,
     ValidationError,
     after,
+    cli,
 )
 from timers_client.cli import duration
 from timers_client.client import REQUEST_FIELDS
@@ -74,7 +77,13 @@ def test_sdk_paths_parameters_match_the_document(doc: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(
     ("model", "schema_name"),
-    [(Timer, "TimerOut"), (Fire, "FireOut"), (Tenant, "TenantOut"), (Preview, "PreviewOut")],
+    [
+        (Timer, "TimerOut"),
+        (Fire, "FireOut"),
+        (Tenant, "TenantOut"),
+        (Preview, "PreviewOut"),
+        (FailedFire, "FailedFireOut"),
+    ],
 )
 def test_models_have_exactly_the_schemas_fields(
     doc: dict[str, Any], model: type, schema_name: str
@@ -91,7 +100,7 @@ def test_request_parameters_are_the_request_schemas_fields(doc: dict[str, Any]) 
 
 
 def test_listing_schemas_are_items_and_next_cursor(doc: dict[str, Any]) -> None:
-    for name in ("TimerList", "FireList"):
+    for name in ("TimerList", "FireList", "FailedFireList"):
         assert set(schema(doc, name)["properties"]) == {"items", "next_cursor"}
 
 
@@ -227,3 +236,107 @@ def test_cli_durations(text: str, seconds: float) -> None:
 def test_cli_rejects_what_is_not_a_duration(text: str) -> None:
     with pytest.raises(Exception, match="not a duration"):
         duration(text)
+
+
+# ---------------------------------------------------------------- failed fires
+
+FAILED = {
+    "fire_id": "tmr_1:1795255201000", "timer_id": "tmr_1", "name": "invoice",
+    "due_at": "2026-11-21T10:00:01.000Z", "failed_at": "2026-11-21T10:00:02.000Z",
+    "reason": "http 400", "last_status": 400, "attempts": 1, "redelivered_at": None,
+}  # fmt: skip
+
+
+def test_failed_fires_follow_next_cursor_within_their_window() -> None:
+    pages = {
+        None: {"items": [FAILED], "next_cursor": "c1"},
+        "c1": {"items": [{**FAILED, "fire_id": "tmr_1:1795255200000"}], "next_cursor": None},
+    }
+    queries: list[dict[str, str]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert (request.method, request.url.path) == ("GET", "/v1/fires")
+        queries.append(dict(request.url.params))
+        return httpx.Response(200, json=pages[request.url.params.get("cursor")])
+
+    since = datetime(2026, 11, 21, 11, tzinfo=timezone(timedelta(hours=1)))
+    fires = list(client(handler).failed_fires(since=since, until="2026-11-22T00:00:00Z"))
+    assert fires == [FailedFire(**FAILED), FailedFire(**pages["c1"]["items"][0])]
+    window = {"status": "failed", "since": "2026-11-21T11:00:00+01:00",
+              "until": "2026-11-22T00:00:00Z", "limit": "50"}  # fmt: skip
+    assert queries == [window, {**window, "cursor": "c1"}]
+
+
+def test_redeliver_posts_to_the_fire_and_redeliver_all_to_the_timer() -> None:
+    seen: list[tuple[str, bytes]] = []
+    redelivered = {**FAILED, "redelivered_at": "2026-11-21T10:05:00.000Z"}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append((request.method, request.url.raw_path))
+        if request.url.path.endswith("fires:redeliver"):
+            return httpx.Response(202, json={"items": [redelivered]})
+        return httpx.Response(202, json=redelivered)
+
+    sdk = client(handler)
+    assert sdk.redeliver("tmr_1", "tmr_1:1795255201000") == FailedFire(**redelivered)
+    assert sdk.redeliver_all("tmr_1") == [FailedFire(**redelivered)]
+    assert seen == [
+        ("POST", b"/v1/timers/tmr_1/fires/tmr_1:1795255201000/redeliver"),
+        ("POST", b"/v1/timers/tmr_1/fires:redeliver"),
+    ]
+    with pytest.raises(InvalidState):
+        client(lambda _: error(409, "invalid_state")).redeliver("tmr_1", "tmr_1:1")
+
+
+def run_cli(
+    monkeypatch: pytest.MonkeyPatch, handler: Handler, *argv: str
+) -> tuple[int, list[httpx.Request]]:
+    """``timers ARGV`` over the fake transport; the requests it made."""
+    seen: list[httpx.Request] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return handler(request)
+
+    monkeypatch.setattr(cli, "Client", lambda api, key: client(record))
+    return cli.main(["--api", "http://api/v1", "--api-key", "tk_x", *argv]), seen
+
+
+def test_cli_failed_prints_a_table_or_json_with_the_window(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"items": [FAILED], "next_cursor": None})
+
+    code, seen = run_cli(monkeypatch, handler, "failed", "--since", "2026-11-21T00:00:00Z")
+    assert code == 0
+    assert dict(seen[0].url.params) == {
+        "status": "failed", "since": "2026-11-21T00:00:00Z", "limit": "50"
+    }  # fmt: skip
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.split() == ["FAILED", "AT", "FIRE", "ID", "REASON", "LAST", "STATUS"]
+    assert row.split() == ["2026-11-21T10:00:02.000Z", "tmr_1:1795255201000", "http", "400", "400"]
+    code, _ = run_cli(monkeypatch, handler, "failed", "--until", "2026-11-22T00:00:00Z", "--json")
+    assert code == 0
+    assert json.loads(capsys.readouterr().out) == {"items": [FAILED]}
+
+
+def test_cli_redeliver_one_fire_or_all_of_a_timers(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("fires:redeliver"):
+            return httpx.Response(202, json={"items": [FAILED, {**FAILED, "fire_id": "tmr_1:2"}]})
+        return httpx.Response(202, json=FAILED)
+
+    code, seen = run_cli(monkeypatch, handler, "redeliver", "tmr_1", "tmr_1:1795255201000")
+    assert (code, capsys.readouterr().out) == (0, "redelivered tmr_1:1795255201000\n")
+    assert seen[0].url.raw_path == b"/v1/timers/tmr_1/fires/tmr_1:1795255201000/redeliver"
+    code, seen = run_cli(monkeypatch, handler, "--json", "redeliver", "tmr_1")
+    assert code == 0 and seen[0].url.raw_path == b"/v1/timers/tmr_1/fires:redeliver"
+    assert [f["fire_id"] for f in json.loads(capsys.readouterr().out)["items"]] == [
+        "tmr_1:1795255201000",
+        "tmr_1:2",
+    ]
+    code, _ = run_cli(monkeypatch, lambda _: error(409, "invalid_state"), "redeliver", "t", "t:1")
+    assert code == 1 and "invalid_state" in capsys.readouterr().err

@@ -133,10 +133,16 @@ def test_ingress_is_an_http_api_with_a_catch_all_route_to_the_api_function() -> 
     assert url.value == "https://${TimersApi}.execute-api.${AWS::Region}.amazonaws.com/v1"
 
 
+def _any_params(path: str) -> str:
+    """A route's path with each parameter named ``{id}`` (the template and the code name
+    them differently: ``{id}``, ``{timer_id}``)."""
+    return re.sub(r"\{\w+\}", "{id}", path)
+
+
 def _template_routes() -> set[tuple[str, str]]:
     events = FUNCTIONS["ApiFunction"]["Events"].values()
     return {
-        (e["Properties"]["Method"].upper(), e["Properties"]["Path"])
+        (e["Properties"]["Method"].upper(), _any_params(e["Properties"]["Path"]))
         for e in events
         if e["Properties"]["Path"] != "$default"
     }
@@ -147,9 +153,7 @@ def test_the_template_routes_are_exactly_the_openapi_documents_operations() -> N
 
     paths = app.openapi_schema().model_dump(by_alias=True, exclude_none=True)["paths"]
     documented = {
-        (method.upper(), re.sub(r"\{\w+\}", "{id}", path))
-        for path, item in paths.items()
-        for method in item
+        (method.upper(), _any_params(path)) for path, item in paths.items() for method in item
     }
     assert documented == _template_routes()
 
@@ -160,6 +164,7 @@ def test_the_functions_route_table_serves_exactly_the_template_routes() -> None:
     by_path: dict[str, set[str]] = {}
     for method, path in _template_routes():
         by_path.setdefault(path.replace("{id}", "tmr_x"), set()).add(method)
+    assert "/v1/timers/tmr_x/fires/tmr_x/redeliver" in by_path
     for path, methods in by_path.items():
         assert set(app.route_methods(path)) == methods, path
     assert app.route_methods("/v1/timers/tmr_x/nope") == {}
@@ -240,6 +245,8 @@ def test_the_internet_facing_delivery_function_gets_and_updates_claims_and_nothi
     # ClaimStore.read_delivery (GetItem), write_delivery and TargetSlots (UpdateItem).
     assert _on(statements, "ClaimsTable") == {"dynamodb:GetItem", "dynamodb:UpdateItem"}
     assert _on(statements, "TenantsTable") == {"dynamodb:GetItem"}  # signing secrets
+    # FailedFireStore.put: it records failures, and never reads or changes another's.
+    assert _on(statements, "FailedFiresTable") == {"dynamodb:PutItem"}
     assert all(s["Effect"] == "Allow" and "*" not in str(s["Resource"]) for s in statements)
 
 
@@ -247,6 +254,29 @@ def test_the_api_function_reads_tenants_item_by_item_only() -> None:
     templates, statements = _statements(FUNCTIONS["ApiFunction"])
     assert "TenantsTable" not in _templated_tables(templates)
     assert _on(statements, "TenantsTable") == {"dynamodb:GetItem"}  # no Scan of the secrets
+
+
+def test_the_api_function_lists_and_redelivers_failed_fires_and_nothing_more() -> None:
+    templates, statements = _statements(FUNCTIONS["ApiFunction"])
+    assert "FailedFiresTable" not in _templated_tables(templates)
+    # FailedFireStore.page and not_redelivered (Query), get, mark_redelivered; no Scan, no Put.
+    assert _on(statements, "FailedFiresTable") == {
+        "dynamodb:Query",
+        "dynamodb:GetItem",
+        "dynamodb:UpdateItem",
+    }
+    queue = template.Tag("GetAtt", "DeliveryQueue.Arn")
+    assert {a for s in statements if s["Resource"] == queue for a in _actions(s)} == {
+        "sqs:SendMessage"
+    }
+
+
+def test_the_failed_fires_table_is_keyed_and_expires_as_its_store_writes_it() -> None:
+    from timers.adapters import failed_fires
+
+    props: dict[str, Any] = TABLES["FailedFiresTable"]
+    assert _keys(props["KeySchema"]) == {"HASH": "tenant", "RANGE": "at"}
+    assert props["TimeToLiveSpecification"]["AttributeName"] == failed_fires.TTL_ATTRIBUTE
 
 
 def test_every_queue_is_encrypted_at_rest() -> None:

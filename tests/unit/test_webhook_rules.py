@@ -20,6 +20,7 @@ import standardwebhooks
 from tests.support.webhook_server import WebhookServer, webhook_server
 from timers.adapters import http_target
 from timers.core.chain import EntryRef
+from timers.core.failures import REDELIVERED, FailedFire
 from timers.core.webhooks import (
     BACKOFF_MAX_S,
     RETRY_FOR_MS,
@@ -403,6 +404,18 @@ class Records:
         return True
 
 
+class FailedFires:
+    """The failed-fires table: the first put of a failure stands (a conditional put)."""
+
+    def __init__(self) -> None:
+        self.records: dict[tuple[str, str], FailedFire] = {}
+        self.puts = 0
+
+    def put(self, record: FailedFire) -> None:
+        self.puts += 1
+        self.records.setdefault((record.tenant, record.at), record)
+
+
 class Slots:
     def __init__(self, limit: int) -> None:
         self.limit, self.held = limit, 0
@@ -459,6 +472,7 @@ def deps(
             post=post,
             dead_letter=lambda m, reason: dead.append((m, reason)),
             requeue=lambda m, delay_s: requeued.append((m, delay_s)),
+            failed_fires=FailedFires(),
             clock=lambda: now[0],
             jitter=lambda: 0.0,
         ),
@@ -534,8 +548,14 @@ def test_a_fire_that_waits_for_a_slot_past_the_retry_budget_fails(
     reason = "gave up after 0 attempts: concurrency_cap"
     assert (outcome.verdict, outcome.reason, outcome.retry_in_s) == ("failed", reason, None)
     assert isinstance(d.records, Records)
-    assert d.records.states[("7/1", "tmr_a@000")] == DeliveryState(failed=reason)
+    failed_ms = 1_000 + RETRY_FOR_MS
+    assert d.records.states[("7/1", "tmr_a@000")] == DeliveryState(
+        failed=reason, failed_ms=failed_ms
+    )
     assert [r for _, r in dead] == [reason] and len(requeued) == 1
+    assert isinstance(d.failed_fires, FailedFires)
+    (record,) = d.failed_fires.records.values()
+    assert (record.fire_id, record.reason, record.failed_ms) == ("tmr_a:1000", reason, failed_ms)
     assert server.received == []
 
 
@@ -563,9 +583,12 @@ def test_a_redriven_message_fails_its_fire_dead_lettered_unless_settled(
         "duplicate",
         "dead_lettered",
     ]
-    assert records.states[("7/1", "tmr_a@001")] == DeliveryState(failed=DEAD_LETTERED)
+    now = d.clock()
+    assert records.states[("7/1", "tmr_a@001")] == DeliveryState(
+        failed=DEAD_LETTERED, failed_ms=now
+    )
     assert records.states[("7/1", "tmr_b@001")] == DeliveryState(
-        3, 10, 20, 503, failed=DEAD_LETTERED
+        3, 10, 20, 503, failed=DEAD_LETTERED, failed_ms=now
     )
     assert records.states[("7/1", "tmr_c@001")].failed == "http 400"  # its own reason stands
     assert records.states[("7/1", "tmr_d@001")].failed is None
@@ -575,6 +598,13 @@ def test_a_redriven_message_fails_its_fire_dead_lettered_unless_settled(
         ("tmr_c:1", "http 400"),
         ("m5", DEAD_LETTERED),
     ]
+    # The two it failed are recorded; tmr_c's failure had no failed-at time (recorded before
+    # failures were) and the broken message no tenant: nothing to record.
+    assert isinstance(d.failed_fires, FailedFires)
+    assert {(r.fire_id, r.reason, r.attempts) for r in d.failed_fires.records.values()} == {
+        ("tmr_a:1", DEAD_LETTERED, 0),
+        ("tmr_b:1", DEAD_LETTERED, 3),
+    }
 
 
 def test_retry_after_lengthens_the_backoff_up_to_the_cap(
@@ -601,6 +631,64 @@ def test_a_settled_fire_is_not_posted_again(
     assert deliver(message(url), d).verdict == "delivered"
     assert deliver(message(url), d).verdict == "duplicate"  # SQS handed it out twice
     assert len(server.at("/x")) == 1
+
+
+def test_a_failure_is_recorded_with_its_message_once_and_again_by_a_later_copy(
+    server: WebhookServer, deps: tuple[DeliveryDeps, Any]
+) -> None:
+    """A 400 fails the fire: recorded with the message's body and attributes (what a
+    redelivery sends), its reason, last status and attempts. A later copy of the message (its
+    first handler may have died between the delivery record and this one) writes it again,
+    and the first write stands."""
+    d, _ = deps
+    failed_fires = d.failed_fires
+    assert isinstance(failed_fires, FailedFires)
+    m = message(server.on("/gone", 400), "tmr_a:1000")
+    assert deliver(m, d).verdict == "failed"
+    (record,) = failed_fires.records.values()
+    assert record == FailedFire(
+        tenant="acme", fire_id="tmr_a:1000", timer_id="tmr_a", reason="http 400",
+        last_status=400, attempts=1, failed_ms=d.clock(), body=m.body,
+        attributes=dict(m.attributes),
+    )  # fmt: skip
+    assert record.at == f"{d.clock():013d}#tmr_a:1000"
+    again = Message("m2", "rh2", m.body, {**m.attributes, "deferrals": "3"})
+    assert deliver(again, d).verdict == "duplicate"
+    assert failed_fires.puts == 2 and list(failed_fires.records.values()) == [record]
+    assert len(server.at("/gone")) == 1
+
+
+def test_a_redelivered_message_reopens_a_failure_from_before_its_redelivery_only(
+    server: WebhookServer, deps: tuple[DeliveryDeps, Any]
+) -> None:
+    """The api stamps a redelivered message with the time of the redelivery: a record that
+    failed before it is pending again for that message (even if the api's own reopening has
+    not been written yet) - attempts kept, a new retry budget from the stamp; a failure after
+    the stamp is the redelivery's own, and its copies are duplicates."""
+    d, _ = deps
+    records = d.records
+    assert isinstance(records, Records)
+    ref = ("7/1", "tmr_a@000")
+    records.states[ref] = DeliveryState(2, 10, 20, 503, failed="gave up", failed_ms=30)
+    url = server.on("/back", 200)
+    plain = message(url, "tmr_a:1000")
+    assert deliver(plain, d).verdict == "duplicate"  # not redelivered: the failure stands
+    stamped = Message("m2", "rh", plain.body, {**plain.attributes, REDELIVERED: "40"})
+    assert deliver(stamped, d).verdict == "delivered"
+    assert records.states[ref] == DeliveryState(
+        3, 40, d.clock(), 200, delivered_ms=d.clock()
+    )  # the budget counted from the redelivery (first_ms 40), the attempts went on
+    records.states[ref] = DeliveryState(3, 40, 50, 400, failed="http 400", failed_ms=50)
+    assert deliver(stamped, d).verdict == "duplicate"  # failed after its redelivery
+    assert len(server.at("/back")) == 1
+
+    # Stamped by an api whose clock is ahead of this one: its failure still comes after it.
+    ahead = d.clock() + 5_000
+    server.on("/back", 400)
+    late = Message("m3", "rh", plain.body, {**plain.attributes, REDELIVERED: str(ahead)})
+    assert deliver(late, d).verdict == "failed"
+    assert records.states[ref].failed_ms == ahead + 1
+    assert deliver(late, d).verdict == "duplicate"
 
 
 def test_a_message_without_its_attributes_is_dead_lettered(

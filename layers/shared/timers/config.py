@@ -17,6 +17,7 @@ class Settings:
     wakeups_table: str = "wakeups"
     tenants_table: str = "tenants"
     idempotency_table: str = "idempotency"
+    failed_fires_table: str = "failed_fires"  # each failure of an HTTP fire (timers.failures)
     redis_url: str = "redis://127.0.0.1:6390/0"
     redis_cluster: bool = False
     bucket_count: int = 64

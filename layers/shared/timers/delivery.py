@@ -17,7 +17,10 @@ that moves a message to the DLQ; sign and POST; count the attempt in the record;
   waits that long for a slot, counted from its due time when it was never attempted);
 - anything else (3xx, other 4xx, a blocked address): failed at once.
 
-A failed fire's message is sent to the dead-letter queue (with the reason) and deleted. A
+A failed fire is recorded in the tenant's failed fires (with the message, so it can be
+redelivered: :mod:`timers.failures`) and its message sent to the dead-letter queue (with the
+reason) and deleted. A redelivered message (attribute ``redelivered``) reopens a record that
+failed before its redelivery, whether or not the api's own reopening got there first. A
 message the function itself keeps failing on (it crashes, times out) is moved by the queue's
 redrive policy to the redrive queue, whose messages this function settles
 (:func:`settle_redriven`): the fire fails ``dead_lettered`` unless already settled, and the
@@ -36,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from timers.core.chain import EntryRef
+from timers.core.failures import FailedFire, fire_timer_id, redelivered_at
 from timers.core.webhooks import (
     RETRY_FOR_MS,
     Attempt,
@@ -68,6 +72,10 @@ class DeliveryRecords(Protocol):
     def write_delivery(
         self, ref: EntryRef, state: DeliveryState, previous: DeliveryState | None
     ) -> bool: ...
+
+
+class FailedFires(Protocol):
+    def put(self, record: FailedFire) -> None: ...
 
 
 class Slots(Protocol):
@@ -110,6 +118,7 @@ class DeliveryDeps:
     post: Callable[[str, bytes, Mapping[str, str]], Attempt]
     dead_letter: Callable[[Message, str], None]  # (message, reason) -> on the DLQ
     requeue: Callable[[Message, int], None]  # (message, delay s) -> on the queue again
+    failed_fires: FailedFires  # where each failure is recorded, with its message
     clock: Callable[[], int]  # epoch ms
     jitter: Callable[[], float] = random.random
     retry_for_ms: int = RETRY_FOR_MS
@@ -158,9 +167,15 @@ def deliver(message: Message, deps: DeliveryDeps) -> Outcome:
         deps.dead_letter(message, reason)
         return Outcome("invalid", reason=reason)
     before = deps.records.read_delivery(ref)
-    if before is not None and before.settled:
-        return Outcome("duplicate")  # delivered or failed already: SQS handed it out twice
-    state = before or DeliveryState()
+    current = _current(before, message)
+    if current is not None and current.settled:
+        # Delivered or failed already: SQS handed it out twice. A failure is recorded again
+        # (a no-op if it was): this copy may be back because its first handler died between
+        # the delivery record and the failed fire's.
+        if current.failed is not None:
+            _record_failure(message, current, deps)
+        return Outcome("duplicate")
+    state = current or DeliveryState()
     now = deps.clock()
     slot = deps.slots.acquire(tenant, target.origin, now) if deps.slots is not None else None
     if deps.slots is not None and slot is None:
@@ -169,7 +184,9 @@ def deliver(message: Message, deps: DeliveryDeps) -> Outcome:
             deps.requeue(message, delay)  # then this copy is deleted: a fresh receive count
             return Outcome("deferred", reason=f"back in {delay} s")
         reason = f"gave up after {state.attempts} attempts: concurrency_cap"
-        deps.records.write_delivery(ref, _with(state, failed=reason), before)
+        failed = _with(state, failed=reason, failed_ms=_failed_at(message, now))
+        if deps.records.write_delivery(ref, failed, before):
+            _record_failure(message, failed, deps)
         deps.dead_letter(message, reason)
         return Outcome("failed", reason=reason)
     try:
@@ -194,13 +211,17 @@ def deliver(message: Message, deps: DeliveryDeps) -> Outcome:
         reason = attempt.label
         if result == "retry":
             reason = f"gave up after {after.attempts} attempts: {attempt.label}"
-        after = _with(after, failed=reason)
+        after = _with(after, failed=reason, failed_ms=_failed_at(message, now))
         outcome = Outcome("failed", reason=reason)
     if not deps.records.write_delivery(ref, after, before):
         # Another copy of this message counted an attempt meanwhile: its record stands, and
         # this outcome still holds for this copy (SQS's at-least-once; the consumer dedupes
         # on webhook-id).
         log.warning("delivery record changed meanwhile", extra={"fire_id": fire})
+    elif outcome.verdict == "failed":
+        # After the delivery record, which names it (its failed-at time): a crash between
+        # the two leaves the message on the queue, and its next copy writes this (above).
+        _record_failure(message, after, deps)
     if outcome.verdict == "failed":
         deps.dead_letter(message, outcome.reason or "failed")
     return outcome
@@ -208,6 +229,45 @@ def deliver(message: Message, deps: DeliveryDeps) -> Outcome:
 
 def _with(state: DeliveryState, **changes: Any) -> DeliveryState:
     return DeliveryState(**{**vars(state), **changes})
+
+
+def _failed_at(message: Message, now_ms: int) -> int:
+    """When a fire fails: now - but after the redelivery that sent this message, should this
+    host's clock be behind the api's, so a copy of the message never takes this failure for
+    one from before its redelivery (and reopens it)."""
+    stamp = redelivered_at(message.attributes)
+    return now_ms if stamp is None else max(now_ms, stamp + 1)
+
+
+def _current(before: DeliveryState | None, message: Message) -> DeliveryState | None:
+    """The record as this message sees it: a redelivered message reopens a record that failed
+    before its redelivery (the api reopens it too, but its write may come later, or never if
+    it died after the send)."""
+    redelivered = redelivered_at(message.attributes)
+    if before is not None and redelivered is not None and before.redelivered_since(redelivered):
+        return before.reopened(redelivered)
+    return before
+
+
+def _record_failure(message: Message, state: DeliveryState, deps: DeliveryDeps) -> None:
+    """Put the failure in the tenant's failed fires, with the message that failed."""
+    attrs = message.attributes
+    tenant, fire = attrs.get("tenant", ""), attrs.get("fire_id", "")
+    if not tenant or not fire or state.failed is None or state.failed_ms is None:
+        return
+    deps.failed_fires.put(
+        FailedFire(
+            tenant=tenant,
+            fire_id=fire,
+            timer_id=fire_timer_id(fire),
+            reason=state.failed,
+            last_status=state.last_status,
+            attempts=state.attempts,
+            failed_ms=state.failed_ms,
+            body=message.body,
+            attributes=dict(attrs),
+        )
+    )
 
 
 def _attempt(
@@ -249,14 +309,18 @@ def settle_redriven(message: Message, deps: DeliveryDeps) -> Outcome:
     reason = DEAD_LETTERED
     if ref is not None:
         before = deps.records.read_delivery(ref)
-        if before is not None and before.delivered_ms is not None:
+        current = _current(before, message)
+        if current is not None and current.delivered_ms is not None:
             return Outcome("duplicate")  # delivered before the crashes: nothing to dead-letter
-        if before is not None and before.failed is not None:
-            reason = before.failed  # failed already, but maybe killed before its dead letter
-        elif not deps.records.write_delivery(
-            ref, _with(before or DeliveryState(), failed=reason), before
-        ):
-            raise RuntimeError("delivery record changed meanwhile")
+        if current is not None and current.failed is not None:
+            reason = current.failed  # failed already, but maybe killed before its dead letter
+            _record_failure(message, current, deps)  # (and before its failed fire)
+        else:
+            state = current or DeliveryState()
+            failed = _with(state, failed=reason, failed_ms=_failed_at(message, deps.clock()))
+            if not deps.records.write_delivery(ref, failed, before):
+                raise RuntimeError("delivery record changed meanwhile")
+            _record_failure(message, failed, deps)
     deps.dead_letter(message, reason)
     return Outcome("dead_lettered", reason=reason)
 

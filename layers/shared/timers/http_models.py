@@ -242,6 +242,34 @@ class FireList(_Out):
     next_cursor: str | None
 
 
+class FailedFireOut(_Out):
+    fire_id: str = Field(description="<timer id>:<due epoch ms>; the webhook-id of its POSTs")
+    timer_id: str
+    name: str | None = Field(description="The timer's name; null: none, or the timer is gone")
+    due_at: Timestamp
+    failed_at: Timestamp
+    reason: str = Field(
+        description="Why delivery ended: e.g. http 400, blocked_address, invalid_target, "
+        "dead_lettered, gave up after 41 attempts: http 503, gave up after 0 attempts: "
+        "concurrency_cap"
+    )
+    last_status: int | None = Field(description="The last answer's HTTP status; null: none")
+    attempts: int = Field(description="POSTs made when it failed")
+    redelivered_at: Timestamp | None = Field(
+        description="When it was redelivered; null: not yet. A fire that fails again after a "
+        "redelivery is listed again, as a new failure"
+    )
+
+
+class FailedFireList(_Out):
+    items: list[FailedFireOut]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null: last")
+
+
+class FailedFireBatchOut(_Out):
+    items: list[FailedFireOut] = Field(description="The fires redelivered, newest first")
+
+
 class PreviewOut(_Out):
     fire_times: list[Timestamp]
 

@@ -15,12 +15,14 @@ import redis
 
 from timers.adapters import idempotency, tenants, timers_table, wakeups
 from timers.adapters.claims import ClaimStore
+from timers.adapters.failed_fires import DeliveryQueue, FailedFireStore
 from timers.adapters.ratelimit import RateLimiter
 from timers.adapters.redis_index import Lock, RedisIndex
 from timers.adapters.tenants import CachedAuthenticator
 from timers.adapters.timers_table import TimerStore
 from timers.adapters.wakeups import WakeupStore
 from timers.config import Settings
+from timers.failures import FailedFireService
 from timers.service import TimerService
 
 if TYPE_CHECKING:  # the migrator's and fan-out's cores load in their own functions only
@@ -129,6 +131,7 @@ class Runtime:
     rate_limiter: RateLimiter
     authenticate: CachedAuthenticator
     redis: Any
+    failures: FailedFireService
 
 
 def build_runtime(
@@ -157,4 +160,11 @@ def build_runtime(
         rate_limiter=RateLimiter(conn, clock),
         authenticate=CachedAuthenticator(clock),
         redis=conn,
+        failures=FailedFireService(
+            failures=FailedFireStore(settings.failed_fires_table, settings.fire_retention_days),
+            timers=timer_store,
+            claims=claims,
+            delivery_queue=DeliveryQueue(settings.delivery_queue_url),
+            clock=clock,
+        ),
     )

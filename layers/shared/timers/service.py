@@ -262,7 +262,7 @@ class TimerService:
         request reads at most LIST_READ_LIMIT items: a filtered page can be short, even empty,
         with a cursor to go on from (as DynamoDB's own filtered queries are)."""
         scope = f"timers:{status or '*'}"
-        after = _decode_cursor(cursor, tenant, scope)
+        after = decode_cursor(cursor, tenant, scope)
         batch = limit if status is None else LIST_READ_BATCH
         items: builtins.list[Timer] = []
         read = 0
@@ -282,7 +282,7 @@ class TimerService:
                 break
         return {
             "items": [timer_view(t) for t in items],
-            "next_cursor": _encode_cursor(after, tenant, scope),
+            "next_cursor": encode_cursor(after, tenant, scope),
         }
 
     def fire_history(
@@ -291,7 +291,7 @@ class TimerService:
         """Newest first, from the claim entries: the timer is found for this tenant first."""
         timer, at = self._current(self._load(tenant, timer_id))
         scope = f"fires:{timer_id}"
-        before = _decode_cursor(cursor, tenant, scope)
+        before = decode_cursor(cursor, tenant, scope)
         newest = at.pos if at.pending is not None else timer.last_fire_pos
         start = int(before) if before is not None else newest
         [(fires, more)] = drive(
@@ -309,7 +309,7 @@ class TimerService:
                 )
                 for pos, entry in fires
             ],
-            "next_cursor": _encode_cursor(None if more is None else str(more), tenant, scope),
+            "next_cursor": encode_cursor(None if more is None else str(more), tenant, scope),
         }
 
     def preview(self, plan: Plan, count: int) -> dict[str, Any]:
@@ -540,14 +540,14 @@ def _fingerprint(specs: Sequence[TimerSpec], single: bool) -> str:
 # cursor is rejected for another (even though each query is already scoped to its tenant).
 
 
-def _encode_cursor(position: str | None, tenant: Tenant, scope: str) -> str | None:
+def encode_cursor(position: str | None, tenant: Tenant, scope: str) -> str | None:
     if position is None:
         return None
     raw = json.dumps({"t": tenant.name, "s": scope, "p": position}, separators=(",", ":"))
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str | None, tenant: Tenant, scope: str) -> str | None:
+def decode_cursor(cursor: str | None, tenant: Tenant, scope: str) -> str | None:
     if cursor is None:
         return None
     try:

@@ -113,6 +113,7 @@ _DELIVERY_FIELDS = {  # DeliveryState field -> (map key, DynamoDB type)
     "last_error": ("le", "S"),
     "delivered_ms": ("dv", "N"),
     "failed": ("x", "S"),
+    "failed_ms": ("xt", "N"),
 }
 
 
@@ -285,6 +286,24 @@ class ClaimStore(LowLevelClient):
                 **values,
                 ":v": delivery_to_item_value(state),
                 ":ttl": {"N": str(self.expires_at(key))},
+            },
+        )
+
+    def reopen_delivery(self, ref: EntryRef, state: DeliveryState, failed: DeliveryState) -> bool:
+        """Store a redelivered fire's record (``state``: pending again), only over the very
+        failure it reopens - the same attempts and failed-at time: a delivery function that
+        reopened it first (the message got there before this write), or a newer attempt,
+        stands."""
+        key, name = ref
+        return self._write(
+            key,
+            "SET #w = :v",
+            "#w.#a = :a AND #w.#xt = :xt",
+            {"#w": delivery_name(name), "#a": "a", "#xt": "xt"},
+            {
+                ":v": delivery_to_item_value(state),
+                ":a": {"N": str(failed.attempts)},
+                ":xt": {"N": str(failed.failed_ms or 0)},
             },
         )
 

@@ -307,10 +307,32 @@ class DeliveryState:
     last_error: str | None = None  # timeout | connection_error | blocked_address | ...
     delivered_ms: int | None = None
     failed: str | None = None  # why delivery ended without success
+    failed_ms: int | None = None  # when (it names the fire's record in the failed-fires table)
 
     @property
     def settled(self) -> bool:
         return self.delivered_ms is not None or self.failed is not None
+
+    def reopened(self, at_ms: int) -> DeliveryState:
+        """This failed record made pending again by a redelivery at ``at_ms``: the attempts
+        and the last answer are kept (the history still shows them), the retry budget starts
+        over from ``at_ms``."""
+        return DeliveryState(
+            attempts=self.attempts,
+            first_ms=at_ms,
+            last_ms=self.last_ms,
+            last_status=self.last_status,
+            last_error=self.last_error,
+        )
+
+    def redelivered_since(self, redelivered_ms: int | None) -> bool:
+        """Whether a redelivery at ``redelivered_ms`` reopens this record: it failed before
+        then (a failure after it is the redelivery's own, and stands)."""
+        return (
+            redelivered_ms is not None
+            and self.failed is not None
+            and (self.failed_ms or 0) < redelivered_ms
+        )
 
     def after(self, attempt: Attempt, now_ms: int) -> DeliveryState:
         """This record with one more attempt counted."""
