@@ -66,9 +66,10 @@ def test_no_answer_of_the_api_breaks_its_own_contract(local_stack: RunningStack)
     )
     report = run.stdout + run.stderr
     assert run.returncode == 0, report
+    # Every operation of the document was fuzzed - but the document's own (GET
+    # /v1/openapi.json), which schemathesis leaves out when it loads the document by its URL.
     _, document, _ = local_stack.request("GET", "/openapi.json")
-    operations = sum(len(item) for item in document["paths"].values())
-    # every operation of the document was fuzzed
+    operations = sum(len(item) for item in document["paths"].values()) - 1
     assert f"{operations} selected / {operations} total" in report
     counts = re.search(r"(\d+) generated, (\d+) passed", report)
     assert counts, report
