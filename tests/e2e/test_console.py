@@ -3,8 +3,8 @@ Chromium driven by Selenium (the ``browser`` fixture of conftest.py).
 
 A person's session: sign in with the demo key, create a timer due in a few seconds through the
 form (its preview shows when), watch its fire appear with its lag, find another timer by name,
-pause, resume and delete it, and see the API's error - message and field - for a bad cron. The
-failed-fires routes may not exist on this API: the console must cope (it hides that panel).
+pause, resume and delete it, and see the API's error - message and field - for a bad cron. And
+a failed webhook fire found in the console's failed-fires panel and redelivered from it.
 
 ``CONSOLE_SCREENSHOTS=docs`` writes the README's screenshots (``console.png``, the list and the
 create form; ``console-timer.png``, a timer's page) there; otherwise they go to ``tmp_path``.
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import re
+import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from itertools import pairwise
 from pathlib import Path
@@ -22,18 +24,18 @@ from uuid import uuid4
 
 import pytest
 
-from tests.support.local_stack import RunningStack
+from tests.support.local_stack import RunningStack, start_stack
+from tests.support.webhook_server import webhook_server
 
 pytestmark = pytest.mark.e2e
 
 UI_TIMEOUT_S = 30  # page loads and API calls on a busy 2-core runner
 FIRE_TIMEOUT_S = 60  # due in 3 s; the page polls the fires every 2 s
 DUE_IN_S = 3
-# What a browser logs, rightly, for the API's own 4xx answers this test provokes: the bad cron
-# (400) and, where the failed-fires routes do not exist yet, their 404.
+# What a browser logs, rightly, for the API's own 4xx answers this test provokes: the bad cron.
 EXPECTED_LOAD_ERRORS = re.compile(
-    r"/v1/(schedule-preview|timers|fires\?\S*) - Failed to load resource: "
-    r"the server responded with a status of (400|404)"
+    r"/v1/(schedule-preview|timers) - Failed to load resource: "
+    r"the server responded with a status of 400"
 )
 
 
@@ -105,13 +107,10 @@ def test_sign_in_create_watch_the_fire_pause_delete_and_read_an_error(
         return len(times) == 1 and 0 < (_parse(times[0]) - typed_at).total_seconds() <= 10
 
     wait.until(previews_the_due_time)
-    # Without the failed-fires routes (a 404) the panel stays hidden; with them it shows.
+    # The failed-fires panel shows (on an API without those routes, a 404 would hide it).
     settled = wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute(
         "data-failed-fires"))  # fmt: skip
-    exists = _failed_fires_route_exists(local_stack, key)
-    assert (settled, by_id("failed-panel").is_displayed()) == (
-        ("available", True) if exists else ("absent", False)
-    )
+    assert (settled, by_id("failed-panel").is_displayed()) == ("available", True)
     by_id("create-button").click()
     wait.until(lambda d: d.current_url.split("#", 1)[-1].startswith("/timers/tmr"))
     created_id = browser.current_url.split("#/timers/", 1)[1]
@@ -187,107 +186,88 @@ def test_sign_in_create_watch_the_fire_pause_delete_and_read_an_error(
     assert unexpected == []  # no script error, no CSP violation, nothing loaded from elsewhere
 
 
-def _failed_fires_route_exists(stack: RunningStack, key: str) -> bool:
-    status, _, _ = stack.request("GET", "/fires?status=failed&since=2020-01-01T00:00:00Z", key=key)
-    return status != 404
+@pytest.fixture(scope="module")
+def webhook_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
+    """A stack of its own that lets webhooks reach this test's server on loopback (the shared
+    one refuses loopback targets, as a deployment does)."""
+    running = start_stack(tmp_path_factory.mktemp("console-webhooks"),
+                          TIMERS_ALLOW_LOOPBACK_TARGETS="1")  # fmt: skip
+    try:
+        running.wait_ready()
+        yield running
+    finally:
+        running.stop()
 
 
-# The failed-fires routes are built elsewhere: until they are in this API, the browser's fetch
-# answers them (injected before the page's own script runs; a CDP script is not subject to the
-# page's CSP) and records the calls, so the panel's requests and escaping are still checked.
-FAKE_FAILED_FIRES = """
-(() => {
-  const realFetch = window.fetch.bind(window);
-  const fires = %s;
-  window.__failedCalls = [];
-  const reply = (status, body) => new Response(JSON.stringify(body),
-      {status, headers: {"content-type": "application/json"}});
-  window.fetch = async (input, init = {}) => {
-    const url = new URL(String(input), location.href);
-    const method = (init.method || "GET").toUpperCase();
-    const headers = init.headers || {};
-    if (url.pathname.endsWith("/v1/fires")) {
-      window.__failedCalls.push([method, url.pathname + url.search, headers["x-api-key"]]);
-      return reply(200, {items: fires, next_cursor: null});
-    }
-    if (/\\/redeliver$|\\/fires:redeliver$/.test(url.pathname)) {
-      window.__failedCalls.push([method, url.pathname, headers["x-api-key"]]);
-      const mine = fires.filter((f) => url.pathname.includes("/" + f.timer_id + "/"));
-      return reply(202, url.pathname.endsWith(":redeliver") ? {items: mine} : mine[0]);
-    }
-    return realFetch(input, init);
-  };
-})();
-"""
+def _fires(stack: RunningStack, key: str, timer_id: str) -> list[dict[str, Any]]:
+    status, page, _ = stack.request("GET", f"/timers/{timer_id}/fires", key=key)
+    assert status == 200, page
+    items: list[dict[str, Any]] = page["items"]
+    return items
 
 
-def _failed(timer_id: str, due_ms: int, name: str) -> dict[str, Any]:
-    return {
-        "fire_id": f"{timer_id}:{due_ms}", "timer_id": timer_id, "name": name,
-        "due_at": "2026-11-21T10:00:00.000Z", "failed_at": "2026-11-22T10:00:00.000Z",
-        "reason": "http_status", "last_status": 503, "attempts": 12, "redelivered_at": None,
-    }  # fmt: skip
+def _until(what: Callable[[], Any], timeout_s: float = FIRE_TIMEOUT_S) -> Any:
+    """``what()`` once it is truthy; the stack runs on the wall clock, so this polls."""
+    deadline = time.monotonic() + timeout_s
+    while not (got := what()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.2)
+    return got
 
 
-def test_the_failed_fires_panel_lists_by_timer_and_redelivers(
-    local_stack: RunningStack, browser: Any
+def test_a_failed_webhook_fire_is_found_and_redelivered_from_the_console(
+    webhook_stack: RunningStack, browser: Any
 ) -> None:
-    import json
-
+    """A webhook answers 400 (the fire fails at once), then is fixed: the console lists the
+    failed fire under its timer - the timer's hostile name shown as text - and its Redeliver
+    button sends it again, same webhook-id, and it is delivered."""
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    key = local_stack.ready["Tenant demo API key: "]
+    key = webhook_stack.ready["Tenant demo API key: "]
     hostile = '<img src=x onerror="document.title=1">'
-    fires = [
-        _failed("tmr_a", 1795494524379, hostile),
-        _failed("tmr_a", 1795494523379, hostile),
-        _failed("tmr_b", 1795494520000, "nightly"),
-    ]
-    injected = browser.execute_cdp_cmd(
-        "Page.addScriptToEvaluateOnNewDocument",
-        {"source": FAKE_FAILED_FIRES % json.dumps(fires)},
-    )
-    wait = WebDriverWait(browser, UI_TIMEOUT_S, ignored_exceptions=[StaleElementReferenceException])
+    with webhook_server() as server:
+        url = server.on("/console-hook", 400, 200)
+        status, timer, _ = webhook_stack.request(
+            "POST", "/timers", key=key,
+            body={"name": hostile, "schedule": {"type": "after", "seconds": 1},
+                  "target": {"url": url}},
+        )  # fmt: skip
+        assert status == 201, timer
+        (fire,) = _until(lambda: [f for f in _fires(webhook_stack, key, timer["id"])
+                                  if f["status"] == "failed"])  # fmt: skip
+        assert fire["last_status"] == 400
 
-    def click(css: str) -> None:  # the panel re-renders after each answer: find, then click
-        wait.until(lambda d: d.find_element(By.CSS_SELECTOR, css).click() or True)
-
-    try:
-        browser.get(local_stack.console)
+        wait = WebDriverWait(
+            browser, UI_TIMEOUT_S, ignored_exceptions=[StaleElementReferenceException]
+        )
+        browser.get(webhook_stack.console)
         wait.until(ec.visibility_of_element_located((By.ID, "api-key"))).send_keys(key)
         browser.find_element(By.CSS_SELECTOR, "#sign-in-form button[type=submit]").click()
         panel = wait.until(ec.visibility_of_element_located((By.ID, "failed-panel")))
-        wait.until(lambda d: len(panel.find_elements(By.CSS_SELECTOR, "tbody tr")) == 3)
-        groups = panel.find_elements(By.CSS_SELECTOR, ".failed-group")
-        assert [g.get_attribute("data-timer") for g in groups] == ["tmr_a", "tmr_b"]
-        assert groups[0].find_element(By.CSS_SELECTOR, ".row span").text == hostile  # as text
+        group = f".failed-group[data-timer={timer['id']}]"
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f"{group} tbody tr"))
+        block = panel.find_element(By.CSS_SELECTOR, group)
+        assert block.find_element(By.CSS_SELECTOR, ".row span").text == hostile  # as text
         assert panel.find_elements(By.TAG_NAME, "img") == []
-        row = groups[1].find_element(By.CSS_SELECTOR, "tbody tr")
-        assert row.text.split()[0] == "tmr_b:1795494520000"
-        assert row.text.split()[3:6] == ["http_status", "503", "12"]
+        row = block.find_element(By.CSS_SELECTOR, "tbody tr")
+        assert row.text.split()[0] == fire["fire_id"] and "400" in row.text.split()
 
-        panel.find_element(By.ID, "failed-until").send_keys("2026-11-23T00:00:00Z")
-        panel.find_element(By.CSS_SELECTOR, "#failed-filter button").click()
-        click("[data-timer=tmr_b] tbody tr button")  # Redeliver one fire
-        wait.until(ec.text_to_be_present_in_element((By.ID, "notice"), "tmr_b:1795494520000"))
-        click("[data-timer=tmr_a] .row button")  # Redeliver all of tmr_a
-        wait.until(ec.text_to_be_present_in_element((By.ID, "notice"), "2 fires of tmr_a"))
-
-        calls = browser.execute_script("return window.__failedCalls")
-        assert all(sent_key == key for _, _, sent_key in calls)
-        assert all(key not in path for _, path, _ in calls)  # never in a URL
-        lists = [path for method, path, _ in calls if method == "GET"]
-        assert all(p.startswith("/v1/fires?status=failed&since=") for p in lists)
-        assert "until=2026-11-23T00%3A00%3A00Z" in lists[1]
-        assert [(m, p) for m, p, _ in calls if m == "POST"] == [
-            ("POST", "/v1/timers/tmr_b/fires/tmr_b:1795494520000/redeliver"),
-            ("POST", "/v1/timers/tmr_a/fires:redeliver"),
-        ]
-    finally:
-        browser.execute_cdp_cmd(
-            "Page.removeScriptToEvaluateOnNewDocument", {"identifier": injected["identifier"]}
+        row.find_element(By.TAG_NAME, "button").click()  # Redeliver
+        wait.until(ec.text_to_be_present_in_element((By.ID, "notice"), fire["fire_id"]))
+        assert server.wait_for("/console-hook", 2, FIRE_TIMEOUT_S), "not sent again"
+        first, again = server.at("/console-hook")
+        assert again.headers["webhook-id"] == first.headers["webhook-id"] == fire["fire_id"]
+        assert again.body == first.body
+        delivered = _until(lambda: [f for f in _fires(webhook_stack, key, timer["id"])
+                                    if f["delivered_at"]])  # fmt: skip
+        assert delivered[0]["fire_id"] == fire["fire_id"]
+        status, listed, _ = webhook_stack.request(
+            "GET", "/fires?status=failed&since=2020-01-01T00:00:00Z", key=key
         )
-        browser.execute_script("sessionStorage.clear()")
+        (record,) = [f for f in listed["items"] if f["fire_id"] == fire["fire_id"]]
+        assert record["redelivered_at"] is not None
+        assert key not in browser.current_url
+    browser.execute_script("sessionStorage.clear()")
