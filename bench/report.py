@@ -113,13 +113,14 @@ def targets_table(cost: dict[str, Any]) -> str:
     for name, usd in figures.items():
         target = targets.get(name)
         unit = "/month" if name == "idle_month" else ""
+        shown = f"${usd:.2f}/month" if unit else f"${usd:.3f}"
         if target is None:
-            lines.append(f"| {name} | ${usd:.3f}{unit} | - | no target |")
+            lines.append(f"| {name} | {shown} | - | no target |")
             continue
         gap = usd - target
         verdict = (f"met, ${-gap:.2f} under" if gap <= 0
                    else f"**missed** by ${gap:.2f} ({gap / target:.0%})")  # fmt: skip
-        lines.append(f"| {name} | ${usd:.3f}{unit} | ≤ ${target:.2f}{unit} | {verdict} |")
+        lines.append(f"| {name} | {shown} | ≤ ${target:.2f}{unit} | {verdict} |")
     return "\n".join(lines)
 
 

@@ -67,4 +67,4 @@ def test_the_targets_table_says_met_or_missed_and_by_how_much() -> None:
     assert "| recurring_batched | $0.290 | ≤ $0.30 | met, $0.01 under |" in table
     assert "| one_shot_ahead | $3.000 | ≤ $2.50 | **missed** by $0.50 (20%) |" in table
     assert "| x | $1.000 | - | no target |" in table
-    assert "| idle_month | $47.000/month | ≤ $35.00/month | **missed** by $12.00 (34%) |" in table
+    assert "| idle_month | $47.00/month | ≤ $35.00/month | **missed** by $12.00 (34%) |" in table
