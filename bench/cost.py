@@ -269,6 +269,8 @@ UNITS = {  # what the report shows per fire, from the counters
     "wru_gsi": ("dynamodb.wru.gsi",),
     "wru_checkpoints_assumed": ("dynamodb.wru.checkpoint",),
     "wru_delivery": ("delivery.dynamodb.wru.table",),
+    "wru_delivery_slots": ("delivery.slots.dynamodb.wru.table",),
+    "wru_delivery_records": ("delivery.records.dynamodb.wru.table",),
     "rru": ("dynamodb.rru",),
     "sqs_requests": ("sqs.requests",),
     "sqs_requests_delivery": ("delivery.sqs.requests",),
@@ -333,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     scenarios: list[Scenario] = []
     idle: dict[str, float] = {}
     early = duplicates = 0
+    residuals: dict[str, dict[str, float]] = {}
     try:
         with webhook_server() as endpoint, captured_stdout() as log_bytes:
             for group in GROUPS:  # each on a fresh deployment (see GROUPS)
@@ -340,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 with mock_aws():
                     stack = Stack(Meter(), server.url, log_bytes, endpoint)
-                    idle_per_minute, model = idle_model(stack)
+                    idle_per_minute, model, residuals[group.__name__] = idle_model(stack)
                     idle = idle or idle_per_minute  # the idle month: the first deployment's
                     scenarios += group(stack, args.burst, model)
                 early += stack.early
@@ -368,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             "every_fire_delivered": all(s.fires == s.expected_fires for s in scenarios),
             "duplicates": duplicates,
             "early": early,
+            "idle_model_residual_30_sparse_minutes": residuals,
         },
         "prices": PRICES,
         "prices_as_of": PRICES_AS_OF,

@@ -69,17 +69,25 @@ def next_hour(stack: Stack) -> int:
 Group = Callable[["Stack", int, IdleModel], list["Scenario"]]
 
 
-def idle_model(stack: Stack) -> tuple[dict[str, float], IdleModel]:
-    """Idle work per minute (dense, as deployed) and the model subtracted from each window:
-    two dense idle minutes and twenty sparse ones, profiled poll by poll."""
+RESIDUAL_KEYS = ("redis.commands", "redis.round_trips", "dynamodb.rru", "log.bytes",
+                 "lambda.migrator", "xray.traces.migrator")  # fmt: skip
+
+
+def idle_model(stack: Stack) -> tuple[dict[str, float], IdleModel, dict[str, float]]:
+    """Idle work per minute (dense, as deployed), the model subtracted from each window (two
+    dense idle minutes and twenty sparse ones, profiled poll by poll), and the model's check:
+    what it leaves of thirty more idle sparse minutes (should be ~0)."""
     progress("cost: warming up, then two idle minutes and twenty sparse idle minutes")
     stack.run(60)
     dense = stack.profile_idle(120)
     stack.sparse = True
     stack.profile_idle(20 * 60)
+    model = stack.idle_profile.model()
+    left = stack.measure(30 * 60).minus(model)
     stack.sparse = False
     per_minute = {k: v / dense.minutes for k, v in dense.counts.items()}
-    return per_minute, stack.idle_profile.model()
+    residual = {k: round(left.get(k, 0), 3) for k in RESIDUAL_KEYS}
+    return per_minute, model, residual
 
 
 def short_scenarios(stack: Stack, burst: int, idle: IdleModel) -> list[Scenario]:

@@ -83,20 +83,20 @@ IDLE_KEEP = ("fires", "trigger.runs", "minutes", "dense_ms")
 
 
 class PrefixMeter(Meter):
-    """Adds every count twice: as itself, and under ``prefix`` (one function's share)."""
+    """Adds every count as itself and once more under each prefix (one function's share)."""
 
-    def __init__(self, meter: Meter, prefix: str) -> None:
-        self.meter, self.prefix = meter, prefix
+    def __init__(self, meter: Meter, *prefixes: str) -> None:
+        self.meter, self.prefixes = meter, prefixes
 
     def add(self, key: str, amount: float = 1) -> None:
         self.meter.add(key, amount)
-        self.meter.add(self.prefix + key, amount)
+        for prefix in self.prefixes:
+            self.meter.add(prefix + key, amount)
 
 
-def one_call_at_a_time(client: Any) -> Any:
-    """``client`` with its calls serialized (in-process moto is not thread-safe on one item;
-    the delivery function's batch runs its messages in threads)."""
-    lock = threading.Lock()
+def one_call_at_a_time(client: Any, lock: threading.Lock) -> Any:
+    """``client`` with its calls serialized by ``lock`` (in-process moto is not thread-safe on
+    one item; the delivery function's batch runs its messages in threads)."""
 
     class Serialized:
         def __getattr__(self, name: str) -> Any:
@@ -259,9 +259,14 @@ class Stack:
     def _delivery_setup(self, settings: Any, raw_dynamodb: Any, specs: Any) -> None:
         """The delivery function's deps, as its cold start builds them, on metered clients."""
         meter = PrefixMeter(self.meter, "delivery.")
-        client = boto3.client("dynamodb")
-        DynamoHooks(meter, raw_dynamodb, specs).register(client)
-        client = one_call_at_a_time(client)
+        lock = threading.Lock()
+        clients = {}  # one client in the function; two here, to tell records from slots
+        for part in ("records", "slots"):
+            client = boto3.client("dynamodb")
+            hooks = DynamoHooks(PrefixMeter(self.meter, "delivery.", f"delivery.{part}."),
+                                raw_dynamodb, specs)  # fmt: skip
+            hooks.register(client)
+            clients[part] = one_call_at_a_time(client, lock)
         sqs = boto3.client("sqs")
         SqsHooks(meter).register(sqs)
         self.delivery_sqs = sqs
@@ -281,9 +286,10 @@ class Stack:
                              **requeue_body(message, delay_s))  # fmt: skip
 
         self.delivery_deps = DeliveryDeps(
-            records=ClaimStore(settings.claims_table, settings.fire_retention_days, client),
+            records=ClaimStore(settings.claims_table, settings.fire_retention_days,
+                               clients["records"]),
             slots=TargetSlots(settings.claims_table, settings.webhook_target_concurrency,
-                              settings.webhook_tenant_concurrency, client),
+                              settings.webhook_tenant_concurrency, clients["slots"]),
             secrets=delivery_app._SecretCache(),
             post=post,
             dead_letter=dead_letter,
