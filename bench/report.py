@@ -1,7 +1,7 @@
 """``python -m bench.report``: the README's results table from bench/results/latest.json, side by
 side with bench/results/before.json (the first fire path's last measurement, kept as measured).
-``python -m bench.report cost``: docs/cost.md's tables (units and dollars per fire, the idle
-month) from the same results."""
+``python -m bench.report cost``: docs/cost.md's tables (each scenario against its target, units
+and dollars per fire, the idle month) from the same results."""
 
 from __future__ import annotations
 
@@ -104,6 +104,26 @@ def _grid(head: str, rows: dict[str, list[str]], names: list[str]) -> str:
     return "\n".join([*lines, *(f"| {k} | " + " | ".join(v) + " |" for k, v in rows.items())])
 
 
+def targets_table(cost: dict[str, Any]) -> str:
+    """Each scenario against its target (issue 17): met or missed, and by how much."""
+    targets = cost.get("targets_usd_per_million", {})
+    lines = ["| scenario | $ per million fires | target | |", "|---|---:|---:|---|"]
+    figures = dict(cost["usd_per_million_fires"])
+    figures["idle_month"] = cost["usd_per_idle_month"]
+    for name, usd in figures.items():
+        target = targets.get(name)
+        unit = "/month" if name == "idle_month" else ""
+        shown = f"${usd:.2f}/month" if unit else f"${usd:.3f}"
+        if target is None:
+            lines.append(f"| {name} | {shown} | - | no target |")
+            continue
+        gap = usd - target
+        verdict = (f"met, ${-gap:.2f} under" if gap <= 0
+                   else f"**missed** by ${gap:.2f} ({gap / target:.0%})")  # fmt: skip
+        lines.append(f"| {name} | {shown} | ≤ ${target:.2f}{unit} | {verdict} |")
+    return "\n".join(lines)
+
+
 def cost_tables(cost: dict[str, Any]) -> str:
     scenarios = cost["scenarios"]
     names = list(scenarios)
@@ -115,7 +135,8 @@ def cost_tables(cost: dict[str, Any]) -> str:
     usd["**total**"] = [f"**{scenarios[n]['usd_per_million_fires']:.3f}**" for n in names]
     idle = {k: [f"{v:.2f}"] for k, v in cost["usd_per_idle_month_by_item"].items()}
     idle["**total**"] = [f"**{cost['usd_per_idle_month']:.2f}**"]
-    return "\n\n".join([_grid("per fire", units, names),
+    return "\n\n".join([targets_table(cost),
+                          _grid("per fire", units, names),
                           _grid("$ per million fires", usd, names),
                           _grid("idle item", idle, ["$/month"])])  # fmt: skip
 

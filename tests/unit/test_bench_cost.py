@@ -1,0 +1,70 @@
+"""The cost benchmark's own arithmetic: idle subtraction, cold starts, targets, custom metrics."""
+
+from __future__ import annotations
+
+from bench.cost import emf_metrics, fire_dollars, memory_gb
+from bench.cost_stack import SANDBOX_IDLE_MS, IdleModel, Sandboxes, Window
+from bench.report import targets_table
+
+
+def test_a_sandbox_is_warm_within_the_idle_time_and_cold_after_it() -> None:
+    pool = Sandboxes(0)
+    assert pool.start(SANDBOX_IDLE_MS) == 0
+    assert pool.start(2 * SANDBOX_IDLE_MS + 1) == 1
+
+
+def test_concurrent_invocations_need_a_sandbox_each() -> None:
+    pool = Sandboxes(0)
+    assert pool.start(1_000, 3) == 2  # one warm, two cold
+    assert pool.start(2_000, 3) == 0  # all three warm now
+    assert pool.start(2_000 + SANDBOX_IDLE_MS + 1, 1) == 1
+
+
+def test_a_window_subtracts_the_idle_work_of_its_minutes_and_of_each_poll_by_kind() -> None:
+    idle = IdleModel(
+        minute={"dynamodb.rru": 16.0, "lambda.migrator": 1.0},
+        poll={"": {"redis.commands": 1.0}, "r": {"redis.commands": 3.0},
+              "sr": {"redis.commands": 131.0}},
+    )  # fmt: skip
+    counts = {"minutes": 2, "fanout.polls.-": 10, "fanout.polls.sr": 1, "fires": 5,
+              "dynamodb.rru": 40.0, "lambda.migrator": 2, "redis.commands": 200.0}  # fmt: skip
+    added = Window(2, counts).minus(idle)
+    assert added["dynamodb.rru"] == 40 - 32
+    assert added["lambda.migrator"] == 0
+    assert added["redis.commands"] == 200 - 10 - 131
+    assert added["fires"] == 5  # kept, never subtracted
+    assert not any(k.startswith("fanout.polls.") for k in added)
+
+
+def test_a_poll_kind_never_profiled_is_the_sum_of_its_parts() -> None:
+    idle = IdleModel(poll={"": {"c": 1.0}, "r": {"c": 3.0}, "sr": {"c": 131.0}})
+    assert idle.poll_cost("s") == {"c": 1 + 128}
+
+
+def test_every_function_s_custom_metrics_are_counted() -> None:
+    metrics = emf_metrics()
+    assert len(metrics["migrator"]) == 3 and len(metrics["fanout"]) == 3
+    assert "FireLagMaxMs" in metrics["trigger"]  # names on a line of their own count too
+    assert "Webhooks_delivered" in metrics["delivery"]
+    assert metrics["api"] == []
+
+
+def test_a_traced_create_and_a_posted_webhook_are_priced() -> None:
+    per = {"xray.traces.api": 1.0, "delivery.posts": 1.0, "delivery.post_bytes": 400.0}
+    dollars = fire_dollars(per, memory_gb())
+    assert dollars["xray"] == 5.0
+    assert dollars["internet_egress"] == round((400 + 600) / 1e9 * 0.09 * 1e6, 4)
+
+
+def test_the_targets_table_says_met_or_missed_and_by_how_much() -> None:
+    cost = {
+        "usd_per_million_fires": {"recurring_batched": 0.29, "one_shot_ahead": 3.0, "x": 1.0},
+        "usd_per_idle_month": 47.0,
+        "targets_usd_per_million": {"recurring_batched": 0.30, "one_shot_ahead": 2.50,
+                                    "idle_month": 35.0},
+    }  # fmt: skip
+    table = targets_table(cost)
+    assert "| recurring_batched | $0.290 | ≤ $0.30 | met, $0.01 under |" in table
+    assert "| one_shot_ahead | $3.000 | ≤ $2.50 | **missed** by $0.50 (20%) |" in table
+    assert "| x | $1.000 | - | no target |" in table
+    assert "| idle_month | $47.00/month | ≤ $35.00/month | **missed** by $12.00 (34%) |" in table
