@@ -62,6 +62,7 @@ from tests.support.clock import FakeClock  # noqa: E402
 from tests.support.webhook_server import WebhookServer  # noqa: E402
 from timers.adapters import http_target, idempotency, tenants, timers_table, wakeups  # noqa: E402
 from timers.adapters.claims import ClaimStore  # noqa: E402
+from timers.adapters.failed_fires import FailedFireStore  # noqa: E402
 from timers.adapters.redis_index import RedisIndex  # noqa: E402
 from timers.adapters.target_slots import TargetSlots  # noqa: E402
 from timers.core.webhooks import Attempt  # noqa: E402
@@ -261,7 +262,7 @@ class Stack:
         meter = PrefixMeter(self.meter, "delivery.")
         lock = threading.Lock()
         clients = {}  # one client in the function; two here, to tell records from slots
-        for part in ("records", "slots"):
+        for part in ("records", "slots", "failures"):
             client = boto3.client("dynamodb")
             hooks = DynamoHooks(PrefixMeter(self.meter, "delivery.", f"delivery.{part}."),
                                 raw_dynamodb, specs)  # fmt: skip
@@ -294,6 +295,8 @@ class Stack:
             post=post,
             dead_letter=dead_letter,
             requeue=requeue,
+            failed_fires=FailedFireStore(settings.failed_fires_table,
+                                         settings.fire_retention_days, clients["failures"]),
             clock=self.clock,
         )  # fmt: skip
         delivery_app.deps = lambda: self.delivery_deps  # type: ignore[assignment]
