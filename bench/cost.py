@@ -42,7 +42,13 @@ from moto import mock_aws  # noqa: E402
 
 from bench.common import progress, quick, write_results  # noqa: E402
 from bench.cost_scenarios import GROUPS, Scenario, idle_model  # noqa: E402
-from bench.cost_stack import DELIVERY_POLLERS, SANDBOX_IDLE_MS, Stack  # noqa: E402
+from bench.cost_stack import (  # noqa: E402
+    DELIVERY_POLLERS,
+    SANDBOX_IDLE_MS,
+    TRACED,
+    Stack,
+    endpoint_azs,
+)
 from bench.meter import Meter, captured_stdout  # noqa: E402
 from ops import template  # noqa: E402
 from ops.redis_server import RedisServer  # noqa: E402
@@ -110,13 +116,13 @@ ASSUMPTIONS: dict[str, Any] = {
     "lambda_platform_log_bytes": 400,  # START, END and REPORT lines of every invocation
     "api_access_log_bytes": 180,  # the HTTP API's access log line (template.yaml), with overhead
     "log_retention_months": 1,  # LogRetentionDays 30; storage priced uncompressed (an upper bound)
-    "xray": "api and migrator (Tracing: Active): 1 request/s per function, then 5 %; the "
-    "trigger, fan-out and delivery pass through (their callers are not traced)",
+    "xray": f"traced as FunctionTracing's default says: {sorted(TRACED) or 'none'} (Active: "
+    "1 request/s per function, then 5 %; the trigger, fan-out and delivery always pass through)",
     "ecpu_per_command": 1,  # each command executed, scripts' inner calls included
     "endpoint_bytes_per_sqs_byte": 2.0,  # request plus response and TLS/HTTP overhead
     "egress_overhead_bytes_per_post": 600,  # request line, TCP/TLS records, the answer's ACKs
     "interface_endpoints": 2,  # SQS, Lambda
-    "availability_zones": 2,
+    "availability_zones": endpoint_azs(),  # InterfaceEndpointAzs
     "delivery_event_sources": 2,  # the delivery queue and its redrive queue
     "pollers_per_event_source": DELIVERY_POLLERS,  # each long-polls (20 s) while idle
     "cache_min_storage_gb": 0.1,

@@ -80,6 +80,25 @@ SANDBOX_IDLE_MS = 10 * 60_000
 DELIVERY_POLLERS = 5
 """Batches Lambda's SQS event source hands out at once to start with (its 5 pollers)."""
 XRAY_RESERVOIR_PER_S, XRAY_RATE = 1, 0.05  # the default rule Lambda samples with
+
+
+def traced() -> set[str]:
+    """The functions Lambda traces actively as deployed with the default parameters (X-Ray
+    bills each trace)."""
+    default = template.load().get("Globals", {}).get("Function", {}).get("Tracing")
+    fns = template.resources("AWS::Serverless::Function")
+    names = {"api": "ApiFunction", "migrator": "MigratorFunction"}
+    return {k for k, v in names.items()
+            if template.as_deployed(fns[v].get("Tracing", default)) == "Active"}  # fmt: skip
+
+
+def endpoint_azs() -> int:
+    """Zones the interface endpoints have a network interface in, as deployed by default."""
+    return int(template.as_deployed(template.Tag("Ref", "InterfaceEndpointAzs")))
+
+
+TRACED = traced()
+
 IDLE_KEEP = ("fires", "trigger.runs", "minutes", "dense_ms")
 
 
@@ -330,8 +349,10 @@ class Stack:
             )
 
     def _trace(self, name: str) -> None:
-        """X-Ray's default rule on an actively traced function: the first request of each
-        second, then 5 % of the others (counted as their expected share)."""
+        """X-Ray's default rule on an actively traced function (TRACED): the first request of
+        each second, then 5 % of the others (counted as their expected share)."""
+        if name not in TRACED:
+            return
         second = self.clock() // 1000
         seen_second, n = self._traced.get(name, (-1, 0))
         n = n + 1 if seen_second == second else 1

@@ -52,6 +52,14 @@ def load(path: Path = TEMPLATE) -> dict[str, Any]:
     return doc
 
 
+def as_deployed(value: Any, path: Path = TEMPLATE) -> Any:
+    """A literal, or the default of the parameter a ``!Ref`` names: what a deployment with
+    the default parameters gets."""
+    if isinstance(value, Tag) and value.name == "Ref":
+        return load(path)["Parameters"][value.value]["Default"]
+    return value
+
+
 def resources(kind: str, path: Path = TEMPLATE) -> dict[str, dict[str, Any]]:
     """Logical id -> Properties of every resource of one CloudFormation type."""
     return {

@@ -181,10 +181,7 @@ UNRESERVED_FLOOR = 100  # Lambda refuses a reservation that leaves less unreserv
 
 def _default(value: Any) -> int:
     """A literal, or the default of the parameter a ``!Ref`` names."""
-    if isinstance(value, template.Tag):
-        assert value.name == "Ref", value
-        return int(PARAMETERS[value.value]["Default"])
-    return int(value)
+    return int(template.as_deployed(value))
 
 
 def test_every_function_reserves_concurrency_and_the_defaults_leave_the_account_room() -> None:
@@ -341,3 +338,33 @@ def test_a_message_the_delivery_function_keeps_failing_on_is_redriven_to_be_sett
     # well before SQS's retention would drop it silently.
     crashing_s = redrive["maxReceiveCount"] * delivery["VisibilityTimeout"]
     assert 2 * crashing_s < delivery["MessageRetentionPeriod"]
+
+
+def test_interface_endpoints_sit_in_one_zone_unless_two_are_asked_for() -> None:
+    """InterfaceEndpointAzs (docs/cost.md: half the idle month's largest item): "1" puts the
+    SQS and Lambda endpoints' interfaces in one subnet, which serves both; "2" in each."""
+    assert PARAMETERS["InterfaceEndpointAzs"]["Default"] == "1"
+    conditions = template.load()["Conditions"]
+    assert conditions["EndpointsInTwoAzs"] == template.Tag(
+        "Equals", [template.Tag("Ref", "InterfaceEndpointAzs"), "2"]
+    )
+    a, b = template.Tag("Ref", "PrivateSubnetA"), template.Tag("Ref", "PrivateSubnetB")
+    endpoints = template.resources("AWS::EC2::VPCEndpoint")
+    for name in ("SqsEndpoint", "LambdaEndpoint"):
+        assert endpoints[name]["SubnetIds"] == template.Tag(
+            "If", ["EndpointsInTwoAzs", [a, b], [a]]
+        ), name
+
+
+def test_tracing_is_a_parameter_passed_through_by_default() -> None:
+    """Lambda samples active tracing at 1 request/s + 5 %, not configurable: at a few creates
+    a second nearly every request is a $5-per-million trace (docs/cost.md)."""
+    assert PARAMETERS["FunctionTracing"]["Default"] == "PassThrough"
+    assert template.load()["Globals"]["Function"]["Tracing"] == template.Tag(
+        "Ref", "FunctionTracing"
+    )
+    for name, fn in FUNCTIONS.items():
+        assert fn.get("Tracing", template.Tag("Ref", "FunctionTracing")) in (
+            template.Tag("Ref", "FunctionTracing"),
+            "PassThrough",
+        ), name
