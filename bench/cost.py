@@ -53,6 +53,7 @@ from bench.meter import Meter, captured_stdout  # noqa: E402
 from ops import template  # noqa: E402
 from ops.redis_server import RedisServer  # noqa: E402
 from tests.support.webhook_server import webhook_server  # noqa: E402
+from timers.delivery import VERDICTS  # noqa: E402
 from timers.fanout import MAX_RUN_MS  # noqa: E402
 from timers.firing import LEASE_LIMIT  # noqa: E402
 
@@ -142,23 +143,13 @@ def memory_gb() -> dict[str, float]:
 def emf_metrics() -> dict[str, list[str]]:
     """The custom metrics each function emits (``add_metric`` names; one dimension set,
     ``service``, so one metric each). The delivery function's are one per batch verdict."""
-    verdicts = [
-        "delivered",
-        "retry",
-        "deferred",
-        "failed",
-        "duplicate",
-        "invalid",
-        "dead_lettered",
-        "error",
-    ]  # fmt: skip  (timers.delivery.summary)
     out = {}
     for path in sorted((ROOT / "functions").glob("*/app.py")):
         names = re.findall(r'add_metric\(\s*name=f?"([^"]+)"', path.read_text())
         expanded = [
             v
             for n in names
-            for v in ([n.replace("{name}", x) for x in verdicts] if "{name}" in n else [n])
+            for v in ([n.replace("{name}", x) for x in VERDICTS] if "{name}" in n else [n])
         ]
         out[path.parent.name] = sorted(set(expanded))
     return out

@@ -59,6 +59,7 @@ from ops.local.context import LambdaContext  # noqa: E402
 from ops.local.queues import sqs_event  # noqa: E402
 from ops.local.spec import QueueSourceSpec  # noqa: E402
 from tests.support.clock import FakeClock  # noqa: E402
+from tests.support.serialized import one_call_at_a_time  # noqa: E402
 from tests.support.webhook_server import WebhookServer  # noqa: E402
 from timers.adapters import http_target, idempotency, tenants, timers_table, wakeups  # noqa: E402
 from timers.adapters.claims import ClaimStore  # noqa: E402
@@ -112,25 +113,6 @@ class PrefixMeter(Meter):
         self.meter.add(key, amount)
         for prefix in self.prefixes:
             self.meter.add(prefix + key, amount)
-
-
-def one_call_at_a_time(client: Any, lock: threading.Lock) -> Any:
-    """``client`` with its calls serialized by ``lock`` (in-process moto is not thread-safe on
-    one item; the delivery function's batch runs its messages in threads)."""
-
-    class Serialized:
-        def __getattr__(self, name: str) -> Any:
-            attr = getattr(client, name)
-            if not callable(attr):
-                return attr
-
-            def serialized(*args: Any, **kwargs: Any) -> Any:
-                with lock:
-                    return attr(*args, **kwargs)
-
-            return serialized
-
-    return Serialized()
 
 
 class Sandboxes:

@@ -37,6 +37,7 @@ from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
     until_armed,
 )
 from tests.support.clock import T0
+from tests.support.serialized import one_call_at_a_time
 from tests.support.webhook_server import WebhookServer, webhook_server
 from timers import service as service_module
 from timers.adapters import http_target, tenants
@@ -57,23 +58,6 @@ from timers.delivery import (
 pytestmark = pytest.mark.integration
 
 DAY_MS = 86_400_000
-
-
-def one_call_at_a_time(client: Any) -> Any:
-    """``client`` with its calls serialized by one lock."""
-    lock = threading.Lock()
-
-    class Serialized:
-        def __getattr__(self, name: str) -> Any:
-            call = getattr(client, name)
-
-            def serialized(*args: Any, **kwargs: Any) -> Any:
-                with lock:
-                    return call(*args, **kwargs)
-
-            return serialized
-
-    return Serialized()
 
 
 class Delivery:
@@ -106,8 +90,7 @@ class Delivery:
             body = {**requeue_body(message, delay_s), "DelaySeconds": 0}
             self.sqs.send_message(QueueUrl=self.queue, **body)
 
-        # Concurrent batches take slots of one counter item at once; moto in-process is not
-        # thread-safe there (DynamoDB is), so its calls take turns.
+        # Concurrent batches take slots of one counter item at once (see one_call_at_a_time).
         dynamodb = one_call_at_a_time(boto3.client("dynamodb"))
         self.slots = TargetSlots(SETTINGS.claims_table, 8, 16, dynamodb)
         self.deps = DeliveryDeps(

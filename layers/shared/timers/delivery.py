@@ -365,15 +365,10 @@ def requeue_body(message: Message, delay_s: int) -> dict[str, Any]:
     }
 
 
+VERDICTS = ("delivered", "retry", "deferred", "failed", "duplicate", "invalid", "dead_lettered",
+            "error")  # fmt: skip
+"""Every verdict an Outcome can carry: the delivery function's metrics, one per verdict."""
+
+
 def summary(report: BatchReport) -> dict[str, int]:
-    verdicts = (
-        "delivered",
-        "retry",
-        "deferred",
-        "failed",
-        "duplicate",
-        "invalid",
-        "dead_lettered",
-        "error",
-    )
-    return {v: report.count(v) for v in verdicts if report.count(v)}
+    return {v: report.count(v) for v in VERDICTS if report.count(v)}
