@@ -73,6 +73,17 @@ RESIDUAL_KEYS = ("redis.commands", "redis.round_trips", "dynamodb.rru", "log.byt
                  "lambda.migrator", "xray.traces.migrator")  # fmt: skip
 
 
+def batch_created(stack: Stack, due: int, n: int) -> tuple[Any, list[str]]:
+    """The window from ``n`` one-shots batch-created now, all due at ``due``, until 30 s after
+    they fired; and their ids."""
+    made: list[str] = []
+
+    def batch() -> None:
+        made.extend(stack.create_batch([at(due) for _ in range(n)]))
+
+    return stack.measure((due - stack.clock() + 30_000) / 1000, batch), made
+
+
 def idle_model(stack: Stack) -> tuple[dict[str, float], IdleModel, dict[str, float]]:
     """Idle work per minute (dense, as deployed), the model subtracted from each window (two
     dense idle minutes and twenty sparse ones, profiled poll by poll), and the model's check:
@@ -127,12 +138,7 @@ def short_scenarios(stack: Stack, burst: int, idle: IdleModel) -> list[Scenario]
     progress(f"cost: {burst * 4} one-shots made by batch creates, due together")
     due = next_minute(stack, 90)
     n = burst * 4
-    made: list[str] = []
-
-    def batch() -> None:
-        made.extend(stack.create_batch([at(due) for _ in range(n)]))
-
-    window = stack.measure((due - stack.clock() + 30_000) / 1000, batch)
+    window, made = batch_created(stack, due, n)
     out.append(Scenario("one_shot_batch_create", f"{n} one-shots created 100 per request "
                         "(POST /v1/timers:batch), all due in the same second (< 2 min ahead); "
                         "the creates included", window.minus(idle), n,
@@ -198,12 +204,7 @@ def one_shot_ahead_batch(stack: Stack, burst: int, idle: IdleModel) -> list[Scen
     progress(f"cost: {n} one-shots batch-created 1 h ahead, due together (sparse)")
     stack.run(1)
     due = next_minute(stack, 30) + HOUR_MS
-    made: list[str] = []
-
-    def batch() -> None:
-        made.extend(stack.create_batch([at(due) for _ in range(n)]))
-
-    window = stack.measure((due - stack.clock() + 30_000) / 1000, batch)
+    window, made = batch_created(stack, due, n)
     out.append(Scenario("one_shot_ahead_batch", f"{n} one-shots created 100 per request "
                         "(POST /v1/timers:batch) 1 h ahead, all due in the same second: the "
                         "create stores a wakeup listing, the migrator restores them shortly "
