@@ -35,11 +35,12 @@ import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from timers.core.chain import EntryRef
-from timers.core.failures import FailedFire, fire_timer_id, redelivered_at
+from timers.core.failures import FailedFire, redelivered_at
+from timers.core.timer import fire_due_ms, fire_timer_id
 from timers.core.webhooks import (
     RETRY_FOR_MS,
     Attempt,
@@ -137,12 +138,6 @@ def parse_claim(text: str) -> EntryRef | None:
     return (key, name) if key and name else None
 
 
-def due_ms(fire: str) -> int | None:
-    """The due time in a fire id (``<timer id>:<due epoch ms>``)."""
-    due = fire.rpartition(":")[2]
-    return int(due) if due.isdigit() else None
-
-
 def defer_wait_s(deferrals: int, jitter: float) -> int:
     """Seconds until a message deferred ``deferrals`` times before comes back (>= 1)."""
     ceiling = min(DEFER_MAX_S, DEFER_FIRST_S * 2 ** min(deferrals, 20))
@@ -179,12 +174,12 @@ def deliver(message: Message, deps: DeliveryDeps) -> Outcome:
     now = deps.clock()
     slot = deps.slots.acquire(tenant, target.origin, now) if deps.slots is not None else None
     if deps.slots is not None and slot is None:
-        if not gives_up(state.first_ms or due_ms(fire) or now, now, deps.retry_for_ms):
+        if not gives_up(state.first_ms or fire_due_ms(fire) or now, now, deps.retry_for_ms):
             delay = defer_wait_s(deferrals(message), deps.jitter())
             deps.requeue(message, delay)  # then this copy is deleted: a fresh receive count
             return Outcome("deferred", reason=f"back in {delay} s")
         reason = f"gave up after {state.attempts} attempts: concurrency_cap"
-        failed = _with(state, failed=reason, failed_ms=_failed_at(message, now))
+        failed = _failed(state, reason, message, now)
         if deps.records.write_delivery(ref, failed, before):
             _record_failure(message, failed, deps)
         deps.dead_letter(message, reason)
@@ -202,7 +197,7 @@ def deliver(message: Message, deps: DeliveryDeps) -> Outcome:
     result = verdict(attempt)
     outcome: Outcome
     if result == "delivered":
-        after = _with(after, delivered_ms=now)
+        after = replace(after, delivered_ms=now)
         outcome = Outcome("delivered")
     elif result == "retry" and not gives_up(after.first_ms or now, now, deps.retry_for_ms):
         wait = retry_wait_s(after.attempts, deps.jitter(), attempt.retry_after_s)
@@ -211,7 +206,7 @@ def deliver(message: Message, deps: DeliveryDeps) -> Outcome:
         reason = attempt.label
         if result == "retry":
             reason = f"gave up after {after.attempts} attempts: {attempt.label}"
-        after = _with(after, failed=reason, failed_ms=_failed_at(message, now))
+        after = _failed(after, reason, message, now)
         outcome = Outcome("failed", reason=reason)
     if not deps.records.write_delivery(ref, after, before):
         # Another copy of this message counted an attempt meanwhile: its record stands, and
@@ -227,16 +222,13 @@ def deliver(message: Message, deps: DeliveryDeps) -> Outcome:
     return outcome
 
 
-def _with(state: DeliveryState, **changes: Any) -> DeliveryState:
-    return DeliveryState(**{**vars(state), **changes})
-
-
-def _failed_at(message: Message, now_ms: int) -> int:
-    """When a fire fails: now - but after the redelivery that sent this message, should this
-    host's clock be behind the api's, so a copy of the message never takes this failure for
-    one from before its redelivery (and reopens it)."""
+def _failed(state: DeliveryState, reason: str, message: Message, now_ms: int) -> DeliveryState:
+    """``state`` failed for ``reason``, now - but after the redelivery that sent this message,
+    should this host's clock be behind the api's, so a copy of the message never takes this
+    failure for one from before its redelivery (and reopens it)."""
     stamp = redelivered_at(message.attributes)
-    return now_ms if stamp is None else max(now_ms, stamp + 1)
+    failed_ms = now_ms if stamp is None else max(now_ms, stamp + 1)
+    return replace(state, failed=reason, failed_ms=failed_ms)
 
 
 def _current(before: DeliveryState | None, message: Message) -> DeliveryState | None:
@@ -317,7 +309,7 @@ def settle_redriven(message: Message, deps: DeliveryDeps) -> Outcome:
             _record_failure(message, current, deps)  # (and before its failed fire)
         else:
             state = current or DeliveryState()
-            failed = _with(state, failed=reason, failed_ms=_failed_at(message, deps.clock()))
+            failed = _failed(state, reason, message, deps.clock())
             if not deps.records.write_delivery(ref, failed, before):
                 raise RuntimeError("delivery record changed meanwhile")
             _record_failure(message, failed, deps)

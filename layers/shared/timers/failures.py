@@ -23,11 +23,9 @@ from timers.core.failures import (
     KEY_MAX_MS,
     FailedFire,
     failed_fire_view,
-    fire_due_ms,
-    fire_timer_id,
     key_range,
 )
-from timers.core.timer import Timer
+from timers.core.timer import Timer, fire_due_ms, fire_timer_id
 from timers.service import decode_cursor, encode_cursor
 
 REDELIVER_ALL_MAX = 100

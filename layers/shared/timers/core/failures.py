@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from timers.core.timer import fire_due_ms
 from timers.core.times import format_ms
 
 KEY_DIGITS = 13
@@ -37,16 +38,6 @@ def key_range(since_ms: int | None, until_ms: int | None) -> tuple[str, str]:
     low = min(max(since_ms or 0, 0), KEY_MAX_MS)
     high = min(max(until_ms if until_ms is not None else KEY_MAX_MS, 0), KEY_MAX_MS)
     return f"{low:0{KEY_DIGITS}d}", f"{high:0{KEY_DIGITS}d}$"
-
-
-def fire_due_ms(fire_id: str) -> int | None:
-    """The due time in a fire id (``<timer id>:<due epoch ms>``)."""
-    due = fire_id.rpartition(":")[2]
-    return int(due) if due.isdigit() else None
-
-
-def fire_timer_id(fire_id: str) -> str:
-    return fire_id.rpartition(":")[0]
 
 
 @dataclass(frozen=True)

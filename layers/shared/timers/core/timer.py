@@ -98,6 +98,16 @@ def fire_id(timer_id: str, due_ms: int) -> str:
     return f"{timer_id}:{due_ms}"
 
 
+def fire_due_ms(fire: str) -> int | None:
+    """The due time in a fire id (``<timer id>:<due epoch ms>``), None if it has none."""
+    due = fire.rpartition(":")[2]
+    return int(due) if due.isdigit() else None
+
+
+def fire_timer_id(fire: str) -> str:
+    return fire.rpartition(":")[0]
+
+
 def serialize_payload(payload: Any, field: str = "payload") -> str:
     text = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
     if len(text.encode()) > PAYLOAD_LIMIT_BYTES:
