@@ -29,7 +29,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from timers.adapters.dynamodb import LowLevelClient
+from timers.adapters.dynamodb import LowLevelClient, condition_failed
 from timers.core.chain import Entry, EntryRef
 from timers.core.errors import ConcurrentUpdate
 from timers.core.webhooks import DeliveryState
@@ -563,7 +563,7 @@ class ClaimStore(LowLevelClient):
                 ExpressionAttributeValues=dict(values),
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            if condition_failed(exc):
                 return False
             raise
         return True

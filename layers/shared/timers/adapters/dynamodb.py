@@ -20,6 +20,12 @@ class LowLevelClient:
         return self._client
 
 
+def condition_failed(exc: Exception) -> bool:
+    """Whether a botocore client error was a write's condition not holding."""
+    response = getattr(exc, "response", None) or {}
+    return bool(response.get("Error", {}).get("Code") == "ConditionalCheckFailedException")
+
+
 def failed_because(exc: Exception, code: str) -> bool:
     """Whether a pynamodb error was DynamoDB answering ``code``. (pynamodb's own
     ``cause_response_code`` fails with AttributeError when the cause was a timeout or a dropped

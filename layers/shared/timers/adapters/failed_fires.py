@@ -18,15 +18,11 @@ from typing import Any
 import boto3
 from botocore.exceptions import ClientError
 
-from timers.adapters.dynamodb import LowLevelClient
+from timers.adapters.dynamodb import LowLevelClient, condition_failed
 from timers.core.failures import FailedFire, sort_key
 
 TTL_ATTRIBUTE = "expires_at"
 QUERY_PAGE = 100  # items a Query returns at most per call
-
-
-def _conditional_failed(exc: ClientError) -> bool:
-    return exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
 
 
 class FailedFireStore(LowLevelClient):
@@ -87,7 +83,7 @@ class FailedFireStore(LowLevelClient):
                 ExpressionAttributeNames={"#at": "at"},
             )
         except ClientError as exc:
-            if not _conditional_failed(exc):
+            if not condition_failed(exc):
                 raise
 
     # ---------------------------------------------------------------- the api
@@ -166,7 +162,7 @@ class FailedFireStore(LowLevelClient):
                 },
             )
         except ClientError as exc:
-            if _conditional_failed(exc):
+            if condition_failed(exc):
                 return False
             raise
         return True

@@ -22,7 +22,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from timers.adapters.dynamodb import LowLevelClient
+from timers.adapters.dynamodb import LowLevelClient, condition_failed
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class TargetSlots(LowLevelClient):
                 },
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            if condition_failed(exc):
                 return False
             raise
         return True

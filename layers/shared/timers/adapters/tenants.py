@@ -21,6 +21,7 @@ from pynamodb.attributes import NumberAttribute, UnicodeAttribute, UnicodeSetAtt
 from pynamodb.exceptions import PutError
 from pynamodb.models import Model
 
+from timers.adapters.dynamodb import failed_because
 from timers.config import Settings
 from timers.core.errors import (
     ConcurrentUpdate,
@@ -263,7 +264,7 @@ def add_key(name: str, now_ms: int, api_key: str | None = None) -> str:
     try:
         item.save(condition=ApiKeyItem.pk.does_not_exist())
     except PutError as exc:
-        if exc.cause_response_code != "ConditionalCheckFailedException":
+        if not failed_because(exc, "ConditionalCheckFailedException"):
             raise
         try:
             holder = ApiKeyItem.get(item.pk, consistent_read=True).tenant
