@@ -2,8 +2,8 @@
 
 Python's ``json`` module is lenient where a callback's consumer is not: it accepts ``NaN`` and
 ``Infinity`` (not JSON), strings holding a lone UTF-16 surrogate (``"\\ud800"``, which has no
-UTF-8 form), and nesting as deep as its recursion limit. A request body is checked here before
-anything reads it, so such input is a 400 naming the field, never a 500 or a callback nobody can
+UTF-8 form), and nesting as deep as its recursion limit. The api parses request bodies with
+:func:`loads`, so such input is a 400 naming the field, never a 500 or a callback nobody can
 parse.
 """
 
@@ -14,7 +14,7 @@ import math
 import re
 from typing import Any
 
-from timers.core.errors import FieldError
+from timers.core.errors import FieldError, InvalidInput
 
 MAX_DEPTH = 32
 """Arrays and objects nested at most this deep - DynamoDB's own limit for a document."""
@@ -30,18 +30,23 @@ def _no_constant(name: str) -> Any:
     raise _NotJson(f"{name} is not JSON; send a number or a string")
 
 
-def problem(text: str) -> FieldError | None:
-    """What makes ``text`` unfit (the field and why), or None. Text that is not JSON at all is
-    left to the request's own parser, which reports it the same way for every route."""
+def loads(text: str) -> Any:
+    """``text`` parsed, or InvalidInput naming the field and why it is unfit. Text that is not
+    JSON at all raises json's own JSONDecodeError, which the request's parser reports the same
+    way for every route."""
     try:
         value = json.loads(text, parse_constant=_no_constant)
     except _NotJson as exc:
-        return FieldError("body", str(exc))
+        raise _invalid(FieldError("body", str(exc))) from None
     except RecursionError:
-        return FieldError("body", f"nested more than {MAX_DEPTH} levels deep")
-    except ValueError:
-        return None
-    return _walk(value)
+        raise _invalid(FieldError("body", f"nested more than {MAX_DEPTH} levels deep")) from None
+    if unfit := _walk(value):
+        raise _invalid(unfit)
+    return value
+
+
+def _invalid(unfit: FieldError) -> InvalidInput:
+    return InvalidInput("the request is invalid", [unfit])
 
 
 def _walk(root: Any) -> FieldError | None:
