@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import traceback
+from collections.abc import Mapping
 from functools import cache
 from http import HTTPStatus
 from pathlib import Path
@@ -394,37 +396,48 @@ def docs_page() -> Response[str]:
                     headers={"Cache-Control": "no-cache"})  # fmt: skip
 
 
-def _asset_route(path: str) -> None:
-    filename, media = DOCS_ASSETS[path]
+def _file_route(
+    path: str,
+    directory: Path,
+    filename: str,
+    media: str,
+    *,
+    kind: str,
+    tag: str,
+    summary: str,
+    headers: Mapping[str, str],
+) -> None:
+    """``GET path``: a static file shipped with the function, public (no key), compressed; its
+    operationId ``<kind>_<path>_get``."""
+    declared = media.split(";", 1)[0]
 
     @app.get(
         path,
-        summary=f"The docs page's {filename}",
+        summary=summary,
         security=[],
-        tags=["docs"],
+        tags=[tag],
         compress=True,
+        operation_id=kind + re.sub(r"[/.-]", "_", path) + "_get",
         responses={
-            200: {"description": filename, "content": {media: {"schema": {"type": "string"}}}},
+            200: {"description": filename, "content": {declared: {"schema": {"type": "string"}}}},
             **errors(405),
         },
     )
-    def asset() -> Response[str]:
-        return Response(status_code=200, content_type=media, body=_asset(filename),
-                        headers={"Cache-Control": "public, max-age=86400"})  # fmt: skip
-
-    asset.__name__ = "docs_" + filename.split(".")[0].replace("-", "_")
-
-
-for _path in DOCS_ASSETS:
-    _asset_route(_path)
+    def serve() -> Response[str]:
+        return Response(status_code=200, content_type=media, body=_file(directory, filename),
+                        headers=dict(headers))  # fmt: skip
 
 
 @cache
-def _asset(filename: str) -> str:
-    return (SWAGGER_UI_DIR / filename).read_text(encoding="utf-8")
+def _file(directory: Path, filename: str) -> str:
+    return (directory / filename).read_text(encoding="utf-8")
 
 
 SWAGGER_UI_DIR = Path(swagger_ui.__file__).parent
+for _path, (_filename, _media) in DOCS_ASSETS.items():
+    _file_route(_path, SWAGGER_UI_DIR, _filename, _media, tag="docs", kind="asset",
+                summary=f"The docs page's {_filename}",
+                headers={"Cache-Control": "public, max-age=86400"})  # fmt: skip
 DOCS_HTML = """<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -476,36 +489,11 @@ CONSOLE_HEADERS = {
 }
 
 
-def _console_route(path: str) -> None:
-    filename, media = CONSOLE_FILES[path]
-    declared = media.split(";", 1)[0]
-
-    @app.get(
-        path,
-        summary=f"The tenant console's {filename}" if path != "/v1/console" else (
-            "The tenant console: timers, fires and failed fires in the browser"),
-        security=[],
-        tags=["console"],
-        compress=True,
-        responses={
-            200: {"description": filename, "content": {declared: {"schema": {"type": "string"}}}},
-            **errors(405),
-        },
-    )  # fmt: skip
-    def console_file() -> Response[str]:
-        return Response(status_code=200, content_type=media, body=_console_file(filename),
-                        headers=dict(CONSOLE_HEADERS))  # fmt: skip
-
-    console_file.__name__ = "console_" + filename.replace(".", "_")
-
-
-for _path in CONSOLE_FILES:
-    _console_route(_path)
-
-
-@cache
-def _console_file(filename: str) -> str:
-    return (CONSOLE_DIR / filename).read_text(encoding="utf-8")
+for _path, (_filename, _media) in CONSOLE_FILES.items():
+    _file_route(_path, CONSOLE_DIR, _filename, _media, tag="console", headers=CONSOLE_HEADERS,
+                kind="console_file",
+                summary=f"The tenant console's {_filename}" if _path != "/v1/console" else
+                "The tenant console: timers, fires and failed fires in the browser")  # fmt: skip
 
 
 # ---------------------------------------------------------------- errors, in one place
