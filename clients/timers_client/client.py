@@ -12,13 +12,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
 
 from timers_client.errors import ApiError, error_from
 from timers_client.models import FailedFire, Fire, Page, Preview, Tenant, Timer
+
+T = TypeVar("T")
 
 _UNSET: Any = object()
 
@@ -233,13 +235,7 @@ class Client:
 
     def list(self, *, status: str | None = None, page_size: int = 50) -> Iterator[Timer]:
         """Every timer of the tenant (optionally in one ``status``), page after page."""
-        cursor = None
-        while True:
-            page = self.list_page(status=status, limit=page_size, cursor=cursor)
-            yield from page.items
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
+        return _every(lambda cursor: self.list_page(status=status, limit=page_size, cursor=cursor))
 
     def get(self, timer_id: str) -> Timer:
         return Timer.from_json(self._call("GET", f"/timers/{_id(timer_id)}"))
@@ -289,13 +285,7 @@ class Client:
 
     def fires(self, timer_id: str, *, page_size: int = 50) -> Iterator[Fire]:
         """The timer's fires, newest first, page after page."""
-        cursor = None
-        while True:
-            page = self.fires_page(timer_id, limit=page_size, cursor=cursor)
-            yield from page.items
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
+        return _every(lambda cursor: self.fires_page(timer_id, limit=page_size, cursor=cursor))
 
     def failed_fires_page(
         self,
@@ -326,13 +316,11 @@ class Client:
         """The tenant's failed fires (HTTP targets whose delivery gave up) that failed between
         ``since`` and ``until`` (both included, both optional), newest first, page after page.
         A redelivered one stays listed, with ``redelivered_at``."""
-        cursor = None
-        while True:
-            page = self.failed_fires_page(since=since, until=until, limit=page_size, cursor=cursor)
-            yield from page.items
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
+        return _every(
+            lambda cursor: self.failed_fires_page(
+                since=since, until=until, limit=page_size, cursor=cursor
+            )
+        )
 
     def redeliver(self, timer_id: str, fire_id: str) -> FailedFire:
         """Send a failed fire's callback again - the same body and fire id, so consumers still
@@ -409,6 +397,17 @@ def _retry_after(response: httpx.Response, attempt: int) -> float:
 
 def _id(timer_id: str) -> str:
     return quote(timer_id, safe="")
+
+
+def _every(page: Callable[[str | None], Page[T]]) -> Iterator[T]:
+    """Every item of a listing, following ``next_cursor`` page after page."""
+    cursor = None
+    while True:
+        got = page(cursor)
+        yield from got.items
+        if got.next_cursor is None:
+            return
+        cursor = got.next_cursor
 
 
 def _fire_id(fire_id: str) -> str:
