@@ -723,6 +723,49 @@ def test_a_fire_claimed_before_a_change_is_sent_and_counted_whatever_its_run_doe
     assert max(sent.values()) == 1
 
 
+@pytest.mark.parametrize("flushed", [False, True])
+def test_an_owed_fire_past_a_lowered_max_fires_still_counts_and_stays_findable(
+    rig: Rig, flushed: bool
+) -> None:
+    """max_fires lowered to what had already fired while the next fire was claimed: the claim
+    stands (the fire goes, the count ends above max_fires), through a later change and a run
+    that dies before sending. The walk used to stop at max_fires before reading the owed
+    entry: GET showed it unfired, the next change completed the timer, and after a flush no
+    one put the fire back (found by a stateful soak, seed 505)."""
+    timer = rig.api.create(schedule={"type": "every", "seconds": 1})
+    path = f"/v1/timers/{timer['id']}"
+    until_armed(rig, T0 + 1_000)
+    rig.run_until_idle()  # 10:00:01 fired
+    until_armed(rig, T0 + 2_000)
+    replies: list[Any] = []
+
+    def hook(step: str) -> None:
+        if step == "claimed" and not replies:
+            replies.append(rig.api.call("PATCH", path, body={"max_fires": 1}))
+            replies.append(rig.api.call("PATCH", path, body={"name": "renamed"}))  # still owed
+            raise Kill(step)
+
+    with pytest.raises(Kill):
+        rig.run(hooks=hook)
+    lowered, renamed = (reply.body for reply in replies)
+    assert (lowered["status"], lowered["fire_count"], renamed["status"]) == ("active", 1, "active")
+    assert rig.timer(timer["id"])["next_fire_at"] == format_ms(T0 + 2_000)  # owed, not done
+    rig.clock.advance(LAPSE_MS)
+    if flushed:
+        rig.api.runtime.redis.flushall()
+        migrator = migrator_deps(SETTINGS, rig.api.runtime.redis, rig.stored_store, rig.claims,
+                                 rig.api.runtime.service.wakeups, index=rig.index)  # fmt: skip
+        run_migrator(migrator, rig.clock())
+    for _ in range(4):
+        rig.run_until_idle()
+        rig.clock.advance(1_000)
+    sent = rig.per_fire()
+    assert sent == Counter({f"{timer['id']}:{T0 + 1_000}": 1, f"{timer['id']}:{T0 + 2_000}": 1})
+    shown = rig.timer(timer["id"])
+    assert (shown["fire_count"], shown["status"]) == (2, "completed")
+    assert {f["fire_id"] for f in rig.fires(timer["id"])} == set(sent)
+
+
 def test_a_takeover_sends_what_the_claim_decided_not_what_it_would_decide_now(rig: Rig) -> None:
     """A dead run claimed 10:00:01 on time; when its claim is taken over a minute and a half
     later, the timer is far behind and fire_once would now fire the latest occurrence instead

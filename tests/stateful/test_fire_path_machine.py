@@ -253,10 +253,12 @@ class FirePathMachine(RuleBasedStateMachine):
 
     def _patch(self, timer_id: str, body: dict[str, Any]) -> None:
         path = f"/v1/timers/{timer_id}"
+        sent_at = self.world.clock()
         reply = self._call("PATCH", path, self.owner[timer_id], body=body)
         schedule_changed = "schedule" in body
         if reply is None:
-            self._resolve(timer_id, lambda v: v is not None and _applied(v, body), schedule_changed)
+            self._resolve(timer_id, lambda v: v is not None and _applied(v, body, sent_at),
+                          schedule_changed)  # fmt: skip
         elif reply.status == 200:
             self._changed(timer_id, reply.body, schedule_changed)
         else:
@@ -424,8 +426,12 @@ class FirePathMachine(RuleBasedStateMachine):
             self.model.check_views(view, history, timer_id)
 
 
-def _applied(view: dict[str, Any], body: dict[str, Any]) -> bool:
-    """Whether a timer's view shows this PATCH body (an undecided request's outcome)."""
+def _applied(view: dict[str, Any], body: dict[str, Any], sent_at: int) -> bool:
+    """Whether a timer's view shows this PATCH body (an undecided request's outcome): changed
+    by it (only changes move ``updated_at``; a body equal to what the timer already had says
+    nothing) and showing it."""
+    if parse_ms(view["updated_at"]) < sent_at:
+        return False
     for name, value in body.items():
         if name == "schedule":
             if view["schedule"] != {**value, **({"timezone": "UTC"} if value["type"] == "cron"

@@ -384,3 +384,27 @@ def test_a_timers_card_round_trips() -> None:
     back = timers.from_card("acme", "tmr_x", timers.to_card(timer))
     assert back == replace(timer, status="active", next_fire_ms=None, created_ms=0, updated_ms=0,
                            expires_ms=None)  # fmt: skip
+
+
+def test_a_fire_owed_past_max_fires_is_read_and_counted() -> None:
+    """A change lowered max_fires to the fires so far while the next was claimed: the checkpoint
+    stays on the owed fire, whose count is then above max_fires. The walk reads that one
+    position - pending shows it owed, finished counts it - and claims nothing after it."""
+    timer = _timer(schedule=EverySchedule(1))
+    claims = Claims()
+    stored = fire_chain(claims, timer, [T0 + 1_000])  # fired 1 s
+    stored = replace(stored, rev=2, max_fires=1, next_fire_ms=T0 + 2_000, fire_count=1,
+                     last_fire_pos=T0 + 1_000)  # fmt: skip
+    ref = entry_ref(7, "tmr_x", T0 + 2_000)
+    claims.reads = 0
+    (cursor,) = drive([walk(stored)], claims.read)
+    assert cursor == Cursor(None, 1, T0 + 1_000)  # nothing claimed there: done at max_fires
+    owed = Entry("p", 2, n=2, pv=T0 + 1_000, owner="run", until=T0 + 60_000, end=True)
+    claims.entries[ref] = owed
+    (cursor,) = drive([walk(stored)], claims.read)
+    assert cursor == Cursor(T0 + 2_000, 1, T0 + 1_000, owed)
+    assert settled(stored, cursor).fire_count == 2
+    claims.entries[ref] = replace(owed, state="d", owner=None, until=None, enqueued=T0 + 2_000)
+    (cursor,) = drive([walk(stored)], claims.read)
+    assert cursor == Cursor(None, 2, T0 + 2_000)
+    assert claims.reads <= 3  # one position per walk, not a window

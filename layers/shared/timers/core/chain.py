@@ -286,9 +286,10 @@ def walk(timer: Timer) -> Reads[Cursor]:
     """
     pos, n, last = timer.next_fire_ms, timer.fire_count, timer.last_fire_pos
     while pos is not None:
-        if timer.max_fires is not None and n >= timer.max_fires:
-            return Cursor(None, n, last)
-        window = positions(timer.plan, pos, CHECKPOINT_EVERY + 1)
+        # max_fires reached: nothing new may be claimed, but a fire claimed before a change
+        # lowered max_fires (adopted, and the checkpoint kept on it) still counts once finished
+        spent = timer.max_fires is not None and n >= timer.max_fires
+        window = positions(timer.plan, pos, 1 if spent else CHECKPOINT_EVERY + 1)
         refs = [entry_ref(timer.partition, timer.id, p) for p in window]
         entries: dict[int, Entry | None] = {}
         lo, hi = -1, len(window)  # window[lo] is finished, window[hi] is not
@@ -299,7 +300,8 @@ def walk(timer: Timer) -> Reads[Cursor]:
             entry = entries[mid]
             lo, hi = (mid, hi) if entry is not None and entry.finished else (lo, mid)
         if lo < 0:
-            return Cursor(pos, n, last, _pending(entries.get(0)))
+            owed = _pending(entries.get(0))
+            return Cursor(None, n, last) if spent and owed is None else Cursor(pos, n, last, owed)
         done = entries[lo]
         assert done is not None
         n, last = done.n, window[lo]
