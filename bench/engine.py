@@ -39,12 +39,26 @@ LOAD_CHUNK = 20_000
 NAIVE_KEY, NAIVE_LOCK = "naive:due", "naive:lock"
 
 
-def member(i: int) -> Member:
-    """Timer i, due in the second before now (scores differ), in tenant i % 50."""
-    return Member(f"t{i % 50}", f"x{i}", NOW_MS - i % 1000, 1, 0)
+SHAPES = {
+    "one_shot": "50 tenants; each fire ends its timer's chain",
+    "recurring": "50 tenants; each fire chains its timer's next position (a minute on)",
+    "one_tenant": "one tenant (a hot second): no round-robin across tenants",
+}
+"""Per-fire Redis work (1 worker, commands counted inside the scripts too) for each shape."""
 
 
-def engine_worker(url: str, buckets: int, first: int, ready: Any, out: Any) -> None:
+def member(i: int, tenants: int = 50) -> Member:
+    """Timer i, due in the second before now (scores differ), in tenant i % tenants."""
+    return Member(f"t{i % tenants}", f"x{i}", NOW_MS - i % 1000, 1, 0)
+
+
+def chained(m: Member) -> Member:
+    return Member(m.tenant, m.timer_id, m.due + 60_000, m.rev, m.n + 1, m.due)
+
+
+def engine_worker(
+    url: str, buckets: int, first: int, ready: Any, out: Any, chain: bool = False
+) -> None:
     index = RedisIndex(redis.Redis.from_url(url), buckets)
     fired: list[str] = []
     calls = 0
@@ -61,7 +75,8 @@ def engine_worker(url: str, buckets: int, first: int, ready: Any, out: Any) -> N
             if not leased.members:
                 break
             fired += [m.timer_id for m in leased.members]  # the sink: stands in for SQS
-            index.finish(bucket, owner, NOW_MS, [(m, None) for m in leased.members])
+            index.finish(bucket, owner, NOW_MS,
+                         [(m, chained(m) if chain else None) for m in leased.members])  # fmt: skip
             calls += 1
     out.put((started, time.monotonic(), fired, calls))
 
@@ -89,12 +104,12 @@ def naive_worker(url: str, _buckets: int, worker: int, ready: Any, out: Any) -> 
     out.put((started, time.monotonic(), fired, calls))
 
 
-def load(url: str, design: str, n: int, buckets: int) -> None:
+def load(url: str, design: str, n: int, buckets: int, tenants: int = 50) -> None:
     client = redis.Redis.from_url(url)
     client.flushall()
     index = RedisIndex(client, buckets)
     for start in range(0, n, LOAD_CHUNK):
-        chunk = [member(i) for i in range(start, min(n, start + LOAD_CHUNK))]
+        chunk = [member(i, tenants) for i in range(start, min(n, start + LOAD_CHUNK))]
         if design == "engine":
             index.ensure((i % PARTITIONS, m, None) for i, m in enumerate(chunk, start))
         else:
@@ -107,16 +122,27 @@ def redis_cpu_s(client: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def drain(url: str, design: str, n: int, workers: int, buckets: int) -> dict[str, Any]:
-    load(url, design, n, buckets)
+def redis_commands(client: redis.Redis) -> int:
+    """Commands run since the last CONFIG RESETSTAT, those inside scripts included."""
+    stats = client.info("commandstats")
+    return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
+
+
+def drain(
+    url: str, design: str, n: int, workers: int, buckets: int, shape: str = "one_shot"
+) -> dict[str, Any]:
+    load(url, design, n, buckets, tenants=1 if shape == "one_tenant" else 50)
     worker: Callable[..., None] = engine_worker if design == "engine" else naive_worker
     ctx = mp.get_context("spawn")
     ready, out = ctx.Barrier(workers + 1), ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(url, buckets, w * buckets // workers, ready, out))
+    extra = (shape == "recurring",) if design == "engine" else ()
+    procs = [ctx.Process(target=worker,
+                         args=(url, buckets, w * buckets // workers, ready, out, *extra))
              for w in range(workers)]  # fmt: skip
     for p in procs:
         p.start()
     client = redis.Redis.from_url(url)
+    client.config_resetstat()
     cpu0 = redis_cpu_s(client)
     ready.wait(timeout=120)
     results = [out.get(timeout=1_800) for _ in procs]
@@ -137,6 +163,7 @@ def drain(url: str, design: str, n: int, workers: int, buckets: int) -> dict[str
         "correct": once == n == fired,
         "redis_calls_per_fire": round(calls / max(1, fired), 4),
         "redis_cpu_us_per_fire": round((redis_cpu_s(client) - cpu0) * 1e6 / max(1, fired), 2),
+        "redis_commands_per_fire": round(redis_commands(client) / max(1, fired), 3),
     }
 
 
@@ -156,6 +183,14 @@ def main() -> int:
                 )
                 progress(f"{design}, {workers} worker(s): {run['fires_per_s']:,} fires/s, "
                          f"exactly once {run['exactly_once']:,}/{size:,}")  # fmt: skip
+        per_fire: dict[str, dict[str, Any]] = {}
+        for shape, description in SHAPES.items():
+            run = drain(server.url, "engine", min(n, 200_000), 1, buckets, shape)
+            per_fire[shape] = {"description": description, **{
+                k: run[k] for k in ("redis_commands_per_fire", "redis_cpu_us_per_fire",
+                                    "fires_per_s", "correct")}}  # fmt: skip
+            progress(f"engine per fire, {shape}: {run['redis_commands_per_fire']} Redis "
+                     f"commands, {run['redis_cpu_us_per_fire']} us of Redis CPU")  # fmt: skip
     finally:
         server.stop()
     engine, baseline = runs["engine_4w"], runs["baseline_4w"]
@@ -165,8 +200,9 @@ def main() -> int:
         "ratio": round(engine["fires_per_s"] / baseline["fires_per_s"], 2),
         "lease_limit": LEASE_LIMIT,
         "buckets": buckets,
-        "correct": all(r["correct"] for r in runs.values()),
+        "correct": all(r["correct"] for r in [*runs.values(), *per_fire.values()]),
         "runs": runs,
+        "per_fire": per_fire,
         "load_average_1m": os.getloadavg()[0],
         "quick": short,
         "rerun": "make bench" + (" QUICK=1" if short else "") + "  (or python -m bench.engine)",

@@ -39,17 +39,15 @@ one-shot's wakeup listing dead (it reads the listings due in its window every mi
 ENSURE_CHUNK = 200  # members per script call: bounds how long one call blocks Redis
 MISSING, ALIVE, FIRED, SUPERSEDED = 0, 1, 2, 3  # answers of ``alive``
 
-# Lua helpers shared by the scripts: the fields of a member, and a zset's first score.
+# Lua helpers shared by the scripts: the fields of a member, a zset's first score, and bulk
+# commands. Per-member work is string matching in Lua; Redis commands are issued once per call
+# with every member as an argument (a command costs far more than an argument), in chunks of
+# BULK arguments (Lua's unpack has a stack limit of ~8,000).
 _LUA_HELPERS = """
-local function field(m, i)
-  local k = 0
-  for part in string.gmatch(m .. '|', '([^|]*)|') do
-    k = k + 1
-    if k == i then return part end
-  end
-end
-local function due_of(m) return tonumber(field(m, 3)) end
-local function rev_of(m) return tonumber(field(m, 4)) end
+local function tenant_of(m) return string.match(m, '^([^|]*)') end
+local function tid_of(m) return string.match(m, '^[^|]*|([^|]*)') end
+local function due_of(m) return tonumber(string.match(m, '^[^|]*|[^|]*|([^|]*)')) end
+local function rev_of(m) return tonumber(string.match(m, '^[^|]*|[^|]*|[^|]*|([^|]*)')) end
 local function alive(due, lease, m)
   return redis.call('ZSCORE', due, m) or redis.call('ZSCORE', lease, m)
 end
@@ -57,6 +55,19 @@ local function earliest(key)
   local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
   if first[2] then return tonumber(first[2]) end
   return -1
+end
+local function bulk(cmd, key, args)
+  local out = {}
+  for i = 1, #args, 1000 do
+    local got = redis.call(cmd, key, unpack(args, i, math.min(i + 999, #args)))
+    if type(got) == 'table' then
+      for _, v in ipairs(got) do out[#out + 1] = v end
+    end
+  end
+  return out
+end
+local function zadd_pairs(key, scored)
+  if #scored > 0 then bulk('ZADD', key, scored) end
 end
 """
 
@@ -96,25 +107,37 @@ return {added, first}
 # alive. KEYS: due, lease, heads, done. ARGV: (timer id, rev, member|'')...
 # For each: 2 if the member fired recently, 3 if a newer revision owns the timer's chain, 1 if
 # its chain is alive at this revision, else 0. The migrator asks before it reads DynamoDB.
+# Read-only, so every lookup is one bulk command for the whole call.
 ALIVE_LUA = (
     _LUA_HELPERS
     + """
+local n = #ARGV / 3
+local tids, asked = {}, {}
+for i = 1, n do
+  tids[i] = ARGV[3 * i - 2]
+  local m = ARGV[3 * i]
+  asked[i] = m ~= '' and m or '-'
+end
+local heads = bulk('HMGET', KEYS[3], tids)
+local fired = bulk('ZMSCORE', KEYS[4], asked)
+local named = {}
+for i = 1, n do named[i] = heads[i] or '-' end
+local in_due = bulk('ZMSCORE', KEYS[1], named)
+local in_lease = bulk('ZMSCORE', KEYS[2], named)
 local out = {}
-for i = 1, #ARGV, 3 do
-  local tid, rev, m = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
-  local head = redis.call('HGET', KEYS[3], tid)
-  local state = 0
-  if m ~= '' and redis.call('ZSCORE', KEYS[4], m) then
+for i = 1, n do
+  local rev, head, state = tonumber(ARGV[3 * i - 1]), heads[i], 0
+  if ARGV[3 * i] ~= '' and fired[i] then
     state = 2
   elseif head then
     local head_rev = rev_of(head)
     if head_rev > rev then
       state = 3
-    elseif head_rev == rev and alive(KEYS[1], KEYS[2], head) then
+    elseif head_rev == rev and (in_due[i] or in_lease[i]) then
       state = 1
     end
   end
-  out[#out + 1] = state
+  out[i] = state
 end
 return out
 """
@@ -129,10 +152,12 @@ LEASE_LUA = (
     _LUA_HELPERS
     + """
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
-for _, m in ipairs(expired) do
-  redis.call('ZREM', KEYS[2], m)
-  redis.call('HDEL', KEYS[3], m)
-  redis.call('ZADD', KEYS[1], due_of(m), m)
+if #expired > 0 then
+  bulk('ZREM', KEYS[2], expired)
+  bulk('HDEL', KEYS[3], expired)
+  local back = {}
+  for _, m in ipairs(expired) do back[#back + 1] = due_of(m); back[#back + 1] = m end
+  zadd_pairs(KEYS[1], back)
 end
 local limit = tonumber(ARGV[4])
 local candidates = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'LIMIT', 0, ARGV[6])
@@ -140,7 +165,7 @@ local taken = candidates
 if #candidates > limit then
   local queues, order = {}, {}
   for _, m in ipairs(candidates) do
-    local tenant = field(m, 1)
+    local tenant = tenant_of(m)
     if not queues[tenant] then queues[tenant] = {}; order[#order + 1] = tenant end
     table.insert(queues[tenant], m)
   end
@@ -157,11 +182,18 @@ if #candidates > limit then
   end
 end
 local cards = {}
-for i, m in ipairs(taken) do
-  redis.call('ZREM', KEYS[1], m)
-  redis.call('ZADD', KEYS[2], ARGV[3], m)
-  redis.call('HSET', KEYS[3], m, ARGV[5])
-  cards[i] = redis.call('HGET', KEYS[4], field(m, 2)) or ''
+if #taken > 0 then
+  local leased, owned, tids = {}, {}, {}
+  for i, m in ipairs(taken) do
+    leased[2 * i - 1] = ARGV[3]; leased[2 * i] = m
+    owned[2 * i - 1] = m; owned[2 * i] = ARGV[5]
+    tids[i] = tid_of(m)
+  end
+  bulk('ZREM', KEYS[1], taken)
+  zadd_pairs(KEYS[2], leased)
+  bulk('HSET', KEYS[3], owned)
+  local got = bulk('HMGET', KEYS[4], tids)
+  for i = 1, #taken do cards[i] = got[i] or '' end
 end
 return {taken, cards, #expired, earliest(KEYS[1])}
 """
@@ -170,31 +202,62 @@ return {taken, cards, #expired, earliest(KEYS[1])}
 # finish. KEYS: due, lease, owner, heads, data, done.
 # ARGV: owner, now, keep_ms, (member, next member|'')...
 # Forget each member this owner holds and remember it in done; where the member is still its
-# timer's head, chain the next member (or, with none, drop the timer's head and card).
+# timer's head, chain the next member (or, with none, drop the timer's head and card). The
+# members are taken in order against a local copy of the heads, then written in bulk: done is
+# written first, so a next member that is finished in the same call is not put back.
 # Returns the earliest due score or -1.
 FINISH_LUA = (
     _LUA_HELPERS
     + """
-for i = 4, #ARGV, 2 do
-  local m, nxt = ARGV[i], ARGV[i + 1]
-  if redis.call('HGET', KEYS[3], m) == ARGV[1] then
-    redis.call('ZREM', KEYS[2], m)
-    redis.call('HDEL', KEYS[3], m)
-  end
-  redis.call('ZREM', KEYS[1], m)
-  redis.call('ZADD', KEYS[6], ARGV[2], m)
-  local tid = field(m, 2)
-  if redis.call('HGET', KEYS[4], tid) == m then
+local ms, tids = {}, {}
+for i = 4, #ARGV, 2 do ms[#ms + 1] = ARGV[i]; tids[#tids + 1] = tid_of(ARGV[i]) end
+local holders = bulk('HMGET', KEYS[3], ms)
+local mine, finished = {}, {}
+for i, m in ipairs(ms) do
+  if holders[i] == ARGV[1] then mine[#mine + 1] = m end
+  finished[2 * i - 1] = ARGV[2]; finished[2 * i] = m
+end
+if #mine > 0 then
+  bulk('ZREM', KEYS[2], mine)
+  bulk('HDEL', KEYS[3], mine)
+end
+bulk('ZREM', KEYS[1], ms)
+zadd_pairs(KEYS[6], finished)
+local heads, touched, order = {}, {}, {}
+local got = bulk('HMGET', KEYS[4], tids)
+for i, tid in ipairs(tids) do
+  if heads[tid] == nil then heads[tid] = got[i] end
+end
+local chained = {}
+for i, m in ipairs(ms) do
+  local tid, nxt = tids[i], ARGV[3 + 2 * i]
+  if heads[tid] == m then
+    if not touched[tid] then touched[tid] = true; order[#order + 1] = tid end
     if nxt ~= '' then
-      if not redis.call('ZSCORE', KEYS[6], nxt) then
-        redis.call('ZADD', KEYS[1], due_of(nxt), nxt)
-      end
-      redis.call('HSET', KEYS[4], tid, nxt)
+      heads[tid] = nxt
+      chained[#chained + 1] = nxt
     else
-      redis.call('HDEL', KEYS[4], tid)
-      redis.call('HDEL', KEYS[5], tid)
+      heads[tid] = false
     end
   end
+end
+if #chained > 0 then
+  local seen = bulk('ZMSCORE', KEYS[6], chained)
+  local back = {}
+  for i, nxt in ipairs(chained) do
+    if not seen[i] then back[#back + 1] = due_of(nxt); back[#back + 1] = nxt end
+  end
+  zadd_pairs(KEYS[1], back)
+end
+local set, gone = {}, {}
+for _, tid in ipairs(order) do
+  if heads[tid] then set[#set + 1] = tid; set[#set + 1] = heads[tid]
+  else gone[#gone + 1] = tid end
+end
+if #set > 0 then bulk('HSET', KEYS[4], set) end
+if #gone > 0 then
+  bulk('HDEL', KEYS[4], gone)
+  bulk('HDEL', KEYS[5], gone)
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', tonumber(ARGV[2]) - tonumber(ARGV[3]))
 return earliest(KEYS[1])
@@ -204,19 +267,27 @@ return earliest(KEYS[1])
 # release. KEYS: due, lease, owner. ARGV: owner, (member, score)...
 # Give members this owner holds back to due, leasable from ``score`` (its due time, or later
 # to wait for another run's claim to lapse). Returns how many.
-RELEASE_LUA = """
-local n = 0
-for i = 2, #ARGV, 2 do
-  local m = ARGV[i]
-  if redis.call('HGET', KEYS[3], m) == ARGV[1] then
-    redis.call('ZREM', KEYS[2], m)
-    redis.call('HDEL', KEYS[3], m)
-    redis.call('ZADD', KEYS[1], ARGV[i + 1], m)
-    n = n + 1
+RELEASE_LUA = (
+    _LUA_HELPERS
+    + """
+local ms = {}
+for i = 2, #ARGV, 2 do ms[#ms + 1] = ARGV[i] end
+local holders = bulk('HMGET', KEYS[3], ms)
+local mine, back = {}, {}
+for i, m in ipairs(ms) do
+  if holders[i] == ARGV[1] then
+    mine[#mine + 1] = m
+    back[#back + 1] = ARGV[2 * i + 1]; back[#back + 1] = m
   end
 end
-return n
+if #mine > 0 then
+  bulk('ZREM', KEYS[2], mine)
+  bulk('HDEL', KEYS[3], mine)
+  zadd_pairs(KEYS[1], back)
+end
+return #mine
 """
+)
 
 # replace. KEYS: due, heads, data. ARGV: timer id, rev, member|'', card|''.
 # A change of the timer (api): drop its old head from due and put the new member in, unless a
