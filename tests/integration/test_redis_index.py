@@ -92,6 +92,12 @@ def zset(client: redis.Redis, key: str) -> dict[str, int]:
     return {text(m): int(s) for m, s in pairs}
 
 
+def holders(client: redis.Redis, index: RedisIndex, bucket: int = 0) -> dict[str, str]:
+    """Each leased member -> the token of the run whose lease holds it."""
+    got: Any = client.hgetall(index.keys(bucket).owner)
+    return {text(m): text(lease_id).split("/")[0] for m, lease_id in got.items()}
+
+
 def due_of(client: redis.Redis, index: RedisIndex, bucket: int = 0) -> dict[str, int]:
     return zset(client, index.keys(bucket).due)
 
@@ -154,7 +160,7 @@ def test_ensure_skips_a_live_chain_of_the_same_revision(
     assert index.ensure(placed([first, mem("tm-1", NOW + 60_000, 2, n=1, pv=NOW)])) == 0
     assert due_of(redis_client, index) == {}
     # the head lost from due and lease (Redis lost the last writes): the chain is re-added
-    redis_client.zrem(index.keys(0).lease, str(first))
+    redis_client.hdel(index.keys(0).owner, str(first))
     assert index.ensure(placed([first])) == 1
     assert due_of(redis_client, index) == {str(first): NOW}
 
@@ -327,12 +333,12 @@ def test_lease_returns_the_cards_and_the_next_due(
     assert got.members == [with_card, without]
     assert got.cards == {"carded": card(4), "bare": None}
     assert got.next_due == NOW + 9
-    owners = redis_client.hgetall(index.keys(0).owner)
-    assert owners == {str(with_card).encode(): b"A", str(without).encode(): b"A"}
-    assert zset(redis_client, index.keys(0).lease) == {
-        str(with_card): NOW + LEASE_MS,
-        str(without): NOW + LEASE_MS,
-    }
+    assert holders(redis_client, index) == {str(with_card): "A", str(without): "A"}
+    k = index.keys(0)
+    (lease_id,) = zset(redis_client, k.lease)  # one lease per call, not an entry per member
+    assert zset(redis_client, k.lease) == {lease_id: NOW + LEASE_MS}
+    assert redis_client.hget(k.held, lease_id) == f"{with_card}\n{without}".encode()
+    assert redis_client.hget(k.held, f"{lease_id}#") == b"2"
 
 
 def test_lease_reclaims_expired_leases_first(index: RedisIndex, redis_client: redis.Redis) -> None:
@@ -350,7 +356,30 @@ def test_lease_reclaims_expired_leases_first(index: RedisIndex, redis_client: re
     lease(index, "A", deadline=NOW + 1_000)
     again = lease(index, "B", now=NOW + 1_000)  # reclaimed and taken in one call
     assert (again.members, again.reclaimed) == ([m], 1)
-    assert redis_client.hget(index.keys(0).owner, str(m)) == b"B"
+    assert holders(redis_client, index) == {str(m): "B"}
+
+
+def test_an_expired_lease_gives_back_only_what_it_still_holds(
+    index: RedisIndex, redis_client: redis.Redis
+) -> None:
+    """A lease is one record (id, deadline, members): at its deadline, only the members it
+    still holds go back - not one its run finished, nor one released and leased again under
+    the run's next lease (that one comes back with its own lease)."""
+    m1, m2, m3 = mem("tm-1", NOW - 3), mem("tm-2", NOW - 2), mem("tm-3", NOW - 1)
+    index.ensure(placed([m1, m2, m3]))
+    assert lease(index, "A", deadline=NOW + 1_000).members == [m1, m2, m3]
+    index.finish(0, "A", NOW, [(m1, None)])
+    assert index.release(0, "A", {m2: NOW}) == 1
+    assert lease(index, "A", deadline=NOW + 5_000).members == [m2]
+    back = lease(index, "B", now=NOW + 1_000, limit=0)
+    assert back.reclaimed == 1 and due_of(redis_client, index) == {str(m3): m3.due}
+    assert holders(redis_client, index) == {str(m2): "A"}
+    again = lease(index, "B", now=NOW + 5_000, limit=0)
+    assert again.reclaimed == 1 and due_of(redis_client, index) == {
+        str(m2): m2.due, str(m3): m3.due,
+    }  # fmt: skip
+    assert zset(redis_client, index.keys(0).lease) == {}
+    assert set(redis_client.hkeys(index.keys(0).held)) == {b"#seq"}  # nothing left behind
 
 
 def test_lease_rejects_bad_arguments(index: RedisIndex) -> None:
@@ -416,9 +445,9 @@ def test_concurrent_threads_split_a_big_bucket_exactly(
     everyone = [m for batch in got for m in batch]
     assert len(everyone) == len(set(everyone)) == 2_000  # pairwise disjoint
     assert set(everyone) == set(due)
-    owners = redis_client.hgetall(index.keys(0).owner)
+    owners = holders(redis_client, index)
     for t, batch in enumerate(got):
-        assert {owners[str(m).encode()] for m in batch} <= {f"owner-{t}".encode()}
+        assert {owners[str(m)] for m in batch} <= {f"owner-{t}"}
     assert index.members(0) == ([], sorted(due, key=lambda m: str(m)))
 
 
@@ -458,9 +487,9 @@ def test_concurrent_processes_split_a_big_bucket_exactly(
     everyone = [m for batch in got for m in batch]
     assert len(everyone) == len(set(everyone)) == 1_500
     assert set(everyone) == set(due)
-    owners = redis_client.hgetall(index.keys(0).owner)
+    owners = holders(redis_client, index)
     for p, batch in enumerate(got):
-        assert {owners[str(m).encode()] for m in batch} <= {f"proc-{p}".encode()}
+        assert {owners[str(m)] for m in batch} <= {f"proc-{p}"}
 
 
 # ---------------------------------------------------------------- finish
@@ -474,13 +503,16 @@ def test_finish_acks_only_the_owners_lease(index: RedisIndex, redis_client: redi
 
     index.finish(0, "A", NOW + 1_001, [(m, None)])
     k = index.keys(0)
-    assert zset(redis_client, k.lease) == {str(m): NOW + 1_000 + LEASE_MS}  # still B's lease
-    assert redis_client.hget(k.owner, str(m)) == b"B"
+    ((b_lease, deadline),) = zset(redis_client, k.lease).items()
+    assert b_lease.startswith("B/") and deadline == NOW + 1_000 + LEASE_MS
+    assert holders(redis_client, index) == {str(m): "B"}  # still B's lease
     assert zset(redis_client, k.done) == {str(m): NOW + 1_001}  # but it is finished
 
     index.finish(0, "B", NOW + 1_002, [(m, None)])
     assert index.members(0) == ([], [])
     assert redis_client.hgetall(k.owner) == {}
+    assert zset(redis_client, k.lease) == {}  # a lease that let go of everything is gone
+    assert set(redis_client.hkeys(k.held)) == {b"#seq"}
 
 
 def test_finish_chains_the_next_member_while_the_finished_one_is_the_head(

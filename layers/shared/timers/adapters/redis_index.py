@@ -6,8 +6,10 @@ every script touches one slot (ElastiCache cluster mode and Serverless reject cr
 scripts):
 
 - ``due``    zset  member -> when it may be leased (its due time; later when deferred)
-- ``lease``  zset  member -> lease deadline, while a trigger holds it
-- ``owner``  hash  member -> the lease holder's token
+- ``owner``  hash  member -> its lease's id ``<holder's token>/<seq>``, while a trigger holds it
+- ``lease``  zset  lease id -> deadline: one entry per lease call, not per member
+- ``held``   hash  lease id -> its members (newline-separated), ``<id>#`` -> how many of them
+  it still holds (a lease that let go of all is deleted), ``#seq`` -> the last lease id's seq
 - ``heads``  hash  timer id -> the timer's current chain member (one live chain per timer)
 - ``data``   hash  timer id -> ``"<rev>|<json>"``: the timer as a trigger needs it
 - ``done``   zset  finished member -> when (re-adding a fired member is a no-op for a while)
@@ -48,8 +50,8 @@ local function tenant_of(m) return string.match(m, '^([^|]*)') end
 local function tid_of(m) return string.match(m, '^[^|]*|([^|]*)') end
 local function due_of(m) return tonumber(string.match(m, '^[^|]*|[^|]*|([^|]*)')) end
 local function rev_of(m) return tonumber(string.match(m, '^[^|]*|[^|]*|[^|]*|([^|]*)')) end
-local function alive(due, lease, m)
-  return redis.call('ZSCORE', due, m) or redis.call('ZSCORE', lease, m)
+local function alive(due, owner, m)
+  return redis.call('ZSCORE', due, m) or redis.call('HEXISTS', owner, m) == 1
 end
 local function earliest(key)
   local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
@@ -69,9 +71,34 @@ end
 local function zadd_pairs(key, scored)
   if #scored > 0 then bulk('ZADD', key, scored) end
 end
+-- The members of ``ms`` that leases of ``holder`` hold: their ownership is dropped and their
+-- leases counted down (a lease left with none is deleted). Returns their indexes in ``ms``.
+local function let_go(owner_key, lease_key, held_key, ms, holder)
+  local holders = bulk('HMGET', owner_key, ms)
+  local prefix = holder .. '/'
+  local mine, gone, counts, ids, seen = {}, {}, {}, {}, {}
+  for i, m in ipairs(ms) do
+    local id = holders[i]
+    if id and not seen[m] and string.sub(id, 1, #prefix) == prefix then
+      seen[m] = true
+      mine[#mine + 1] = i
+      gone[#gone + 1] = m
+      if not counts[id] then counts[id] = 0; ids[#ids + 1] = id end
+      counts[id] = counts[id] + 1
+    end
+  end
+  if #gone > 0 then bulk('HDEL', owner_key, gone) end
+  for _, id in ipairs(ids) do
+    if redis.call('HINCRBY', held_key, id .. '#', -counts[id]) <= 0 then
+      redis.call('HDEL', held_key, id, id .. '#')
+      redis.call('ZREM', lease_key, id)
+    end
+  end
+  return mine
+end
 """
 
-# ensure. KEYS: due, lease, heads, data, done. ARGV: (member, timer id, rev, card|'')...
+# ensure. KEYS: due, owner, heads, data, done. ARGV: (member, timer id, rev, card|'')...
 # Put a member in unless its timer's chain is alive at its revision or newer, or it fired
 # recently. A newer revision replaces the old head. Returns {added, earliest added score}.
 ENSURE_LUA = (
@@ -104,7 +131,7 @@ return {added, first}
 """
 )
 
-# alive. KEYS: due, lease, heads, done. ARGV: (timer id, rev, member|'')...
+# alive. KEYS: due, owner, heads, done. ARGV: (timer id, rev, member|'')...
 # For each: 2 if the member fired recently, 3 if a newer revision owns the timer's chain, 1 if
 # its chain is alive at this revision, else 0. The migrator asks before it reads DynamoDB.
 # Read-only, so every lookup is one bulk command for the whole call.
@@ -123,7 +150,7 @@ local fired = bulk('ZMSCORE', KEYS[4], asked)
 local named = {}
 for i = 1, n do named[i] = heads[i] or '-' end
 local in_due = bulk('ZMSCORE', KEYS[1], named)
-local in_lease = bulk('ZMSCORE', KEYS[2], named)
+local in_lease = bulk('HMGET', KEYS[2], named)
 local out = {}
 for i = 1, n do
   local rev, head, state = tonumber(ARGV[3 * i - 1]), heads[i], 0
@@ -143,21 +170,37 @@ return out
 """
 )
 
-# lease. KEYS: due, lease, owner, data.
+# lease. KEYS: due, lease, owner, data, held.
 # ARGV: now, until, deadline, limit, owner, scan.
-# Expired leases go back to due. Then up to ``limit`` members with score <= until move into
-# lease, taken round-robin across tenants among the first ``scan`` candidates. Returns
-# {members, cards of their timers, reclaimed, next due score or -1}.
+# Expired leases give what they still hold back to due. Then up to ``limit`` members with score
+# <= until are leased (one lease: an id, a deadline, the list), taken round-robin across
+# tenants among the first ``scan`` candidates. Returns {members, cards of their timers,
+# reclaimed, next due score or -1}.
 LEASE_LUA = (
     _LUA_HELPERS
     + """
+local reclaimed = 0
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1])
 if #expired > 0 then
+  local lists = bulk('HMGET', KEYS[5], expired)
+  local ms, ids, fields = {}, {}, {}
+  for i, id in ipairs(expired) do
+    for m in string.gmatch(lists[i] or '', '[^\\n]+') do ms[#ms + 1] = m; ids[#ids + 1] = id end
+    fields[#fields + 1] = id; fields[#fields + 1] = id .. '#'
+  end
+  if #ms > 0 then
+    local holders = bulk('HMGET', KEYS[3], ms)
+    local gone, back = {}, {}
+    for i, m in ipairs(ms) do
+      if holders[i] == ids[i] then
+        gone[#gone + 1] = m; back[#back + 1] = due_of(m); back[#back + 1] = m
+      end
+    end
+    if #gone > 0 then bulk('HDEL', KEYS[3], gone); zadd_pairs(KEYS[1], back) end
+    reclaimed = #gone
+  end
+  bulk('HDEL', KEYS[5], fields)
   bulk('ZREM', KEYS[2], expired)
-  bulk('HDEL', KEYS[3], expired)
-  local back = {}
-  for _, m in ipairs(expired) do back[#back + 1] = due_of(m); back[#back + 1] = m end
-  zadd_pairs(KEYS[1], back)
 end
 local limit = tonumber(ARGV[4])
 local candidates = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2], 'LIMIT', 0, ARGV[6])
@@ -183,23 +226,24 @@ if #candidates > limit then
 end
 local cards = {}
 if #taken > 0 then
-  local leased, owned, tids = {}, {}, {}
+  local id = ARGV[5] .. '/' .. redis.call('HINCRBY', KEYS[5], '#seq', 1)
+  local owned, tids = {}, {}
   for i, m in ipairs(taken) do
-    leased[2 * i - 1] = ARGV[3]; leased[2 * i] = m
-    owned[2 * i - 1] = m; owned[2 * i] = ARGV[5]
+    owned[2 * i - 1] = m; owned[2 * i] = id
     tids[i] = tid_of(m)
   end
   bulk('ZREM', KEYS[1], taken)
-  zadd_pairs(KEYS[2], leased)
   bulk('HSET', KEYS[3], owned)
+  redis.call('HSET', KEYS[5], id, table.concat(taken, '\\n'), id .. '#', #taken)
+  redis.call('ZADD', KEYS[2], ARGV[3], id)
   local got = bulk('HMGET', KEYS[4], tids)
   for i = 1, #taken do cards[i] = got[i] or '' end
 end
-return {taken, cards, #expired, earliest(KEYS[1])}
+return {taken, cards, reclaimed, earliest(KEYS[1])}
 """
 )
 
-# finish. KEYS: due, lease, owner, heads, data, done.
+# finish. KEYS: due, lease, owner, heads, data, done, held.
 # ARGV: owner, now, keep_ms, (member, next member|'')...
 # Forget each member this owner holds and remember it in done; where the member is still its
 # timer's head, chain the next member (or, with none, drop the timer's head and card). The
@@ -211,16 +255,9 @@ FINISH_LUA = (
     + """
 local ms, tids = {}, {}
 for i = 4, #ARGV, 2 do ms[#ms + 1] = ARGV[i]; tids[#tids + 1] = tid_of(ARGV[i]) end
-local holders = bulk('HMGET', KEYS[3], ms)
-local mine, finished = {}, {}
-for i, m in ipairs(ms) do
-  if holders[i] == ARGV[1] then mine[#mine + 1] = m end
-  finished[2 * i - 1] = ARGV[2]; finished[2 * i] = m
-end
-if #mine > 0 then
-  bulk('ZREM', KEYS[2], mine)
-  bulk('HDEL', KEYS[3], mine)
-end
+let_go(KEYS[3], KEYS[2], KEYS[7], ms, ARGV[1])
+local finished = {}
+for i, m in ipairs(ms) do finished[2 * i - 1] = ARGV[2]; finished[2 * i] = m end
 bulk('ZREM', KEYS[1], ms)
 zadd_pairs(KEYS[6], finished)
 local heads, touched, order = {}, {}, {}
@@ -264,7 +301,7 @@ return earliest(KEYS[1])
 """
 )
 
-# release. KEYS: due, lease, owner. ARGV: owner, (member, score)...
+# release. KEYS: due, lease, owner, held. ARGV: owner, (member, score)...
 # Give members this owner holds back to due, leasable from ``score`` (its due time, or later
 # to wait for another run's claim to lapse). Returns how many.
 RELEASE_LUA = (
@@ -272,20 +309,12 @@ RELEASE_LUA = (
     + """
 local ms = {}
 for i = 2, #ARGV, 2 do ms[#ms + 1] = ARGV[i] end
-local holders = bulk('HMGET', KEYS[3], ms)
-local mine, back = {}, {}
-for i, m in ipairs(ms) do
-  if holders[i] == ARGV[1] then
-    mine[#mine + 1] = m
-    back[#back + 1] = ARGV[2 * i + 1]; back[#back + 1] = m
-  end
+local back = {}
+for _, i in ipairs(let_go(KEYS[3], KEYS[2], KEYS[4], ms, ARGV[1])) do
+  back[#back + 1] = ARGV[2 * i + 1]; back[#back + 1] = ms[i]
 end
-if #mine > 0 then
-  bulk('ZREM', KEYS[2], mine)
-  bulk('HDEL', KEYS[3], mine)
-  zadd_pairs(KEYS[1], back)
-end
-return #mine
+zadd_pairs(KEYS[1], back)
+return #back / 2
 """
 )
 
@@ -378,6 +407,7 @@ class BucketKeys(NamedTuple):
     heads: str
     data: str
     done: str
+    held: str
 
     @classmethod
     def of(cls, prefix: str, bucket: int) -> BucketKeys:
@@ -457,7 +487,7 @@ class RedisIndex:
                 args: list[str | int] = []
                 for member, card in group[start : start + ENSURE_CHUNK]:
                     args += [str(member), member.timer_id, member.rev, card or ""]
-                calls.append(([k.due, k.lease, k.heads, k.data, k.done], args))
+                calls.append(([k.due, k.owner, k.heads, k.data, k.done], args))
                 buckets.append(bucket)
         results = self._eval(self._ensure, calls, hints=True, buckets=buckets)
         return sum(int(added) for added, _ in results)
@@ -480,7 +510,7 @@ class RedisIndex:
                 for i in chunk:
                     _, timer_id, rev, member = items[i]
                     args += [timer_id, rev, "" if member is None else str(member)]
-                calls.append(([k.due, k.lease, k.heads, k.done], args))
+                calls.append(([k.due, k.owner, k.heads, k.done], args))
                 order += chunk
         answers = [int(a) for result in self._eval(self._alive, calls) for a in result]
         out = [MISSING] * len(items)
@@ -528,7 +558,7 @@ class RedisIndex:
             raise ValueError("limit must be >= 0 and the deadline after now")
         k = self.keys(bucket)
         taken, cards, reclaimed, next_due = self._lease.call(
-            [k.due, k.lease, k.owner, k.data],
+            [k.due, k.lease, k.owner, k.data, k.held],
             [now_ms, until_ms, deadline_ms, limit, owner, scan or 4 * max(1, limit)],
         )
         members = [Member.parse(_text(m)) for m in taken]
@@ -551,7 +581,7 @@ class RedisIndex:
         for member, following in done:
             args += [str(member), "" if following is None else str(following)]
         (earliest,) = self._eval(
-            self._finish, [([k.due, k.lease, k.owner, k.heads, k.data, k.done], args)]
+            self._finish, [([k.due, k.lease, k.owner, k.heads, k.data, k.done, k.held], args)]
         )
         return _score(earliest)
 
@@ -563,7 +593,7 @@ class RedisIndex:
         args: list[str | int] = [owner]
         for member, score in members.items():
             args += [str(member), score]
-        (count,) = self._eval(self._release, [([k.due, k.lease, k.owner], args)])
+        (count,) = self._eval(self._release, [([k.due, k.lease, k.owner, k.held], args)])
         self.hint(bucket, min(members.values()))
         return int(count)
 
@@ -647,9 +677,10 @@ class RedisIndex:
         k = self.keys(bucket)
         pipe = self._client.pipeline(transaction=False)
         pipe.execute_command("ZRANGE", k.due, 0, -1)
-        pipe.execute_command("ZRANGE", k.lease, 0, -1)
+        pipe.execute_command("HKEYS", k.owner)
         due, leased = pipe.execute()
-        return [Member.parse(_text(m)) for m in due], [Member.parse(_text(m)) for m in leased]
+        held = sorted(_text(m) for m in leased)
+        return [Member.parse(_text(m)) for m in due], [Member.parse(m) for m in held]
 
     # ---------------------------------------------------------------- plumbing
 
