@@ -910,6 +910,35 @@ def test_the_checkpoint_moves_every_so_many_fires_and_not_in_between(rig: Rig) -
     assert len(rig.per_fire()) == CHECKPOINT_EVERY + 1
 
 
+@pytest.mark.parametrize(("schedule", "held"), [
+    ({"type": "cron", "expression": "0 * * * *"}, True),  # hourly: stays chained in Redis
+    ({"type": "every", "seconds": 2 * 3_600}, False),  # beyond HOLD_MS: leaves Redis
+])  # fmt: skip
+def test_an_hourly_chain_stays_in_redis_with_no_checkpoint_and_no_restore(
+    rig: Rig, schedule: dict[str, Any], held: bool
+) -> None:
+    """Issue 17: a timer whose period exceeds the look-ahead but not HOLD_MS is chained in
+    Redis from fire to fire - its stored item is not written and the migrator restores
+    nothing; a longer period leaves Redis and moves its checkpoint (and is restored later)."""
+    timer = rig.api.create(schedule=schedule)
+    migrator = migrator_deps(SETTINGS, rig.api.runtime.redis, rig.stored_store, rig.claims,
+                             rig.api.runtime.service.wakeups, index=rig.index)  # fmt: skip
+    period = 3_600_000 if held else 7_200_000
+    first_due = parse_ms(timer["next_fire_at"])
+    rig.clock.now = first_due - SETTINGS.lookahead_seconds * 1000
+    run_migrator(migrator, rig.clock())
+    for k in range(3):
+        due = first_due + k * period
+        until_armed(rig, due)
+        assert run_migrator(migrator, rig.clock()).added == (0 if held or k == 0 else 1)
+        before = rig.stored(timer["id"])
+        rig.run_until_idle()
+        assert (rig.stored(timer["id"]) == before) == held  # no checkpoint written
+        assert [m.due for m in rig.members()] == ([due + period] if held else [])
+    assert len(rig.per_fire()) == 3 and max(rig.per_fire().values()) == 1
+    assert rig.timer(timer["id"])["fire_count"] == 3
+
+
 def test_a_recurring_timer_completes_once_with_its_retention(rig: Rig) -> None:
     timer = rig.api.create(schedule={"type": "every", "seconds": 1}, max_fires=2)
     for k in (1, 2):

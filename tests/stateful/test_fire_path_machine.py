@@ -75,6 +75,7 @@ SCHEDULES: list[Callable[[int], dict[str, Any]]] = [
     lambda now: {"type": "every", "seconds": 7},
     lambda now: {"type": "every", "seconds": 60},
     lambda now: {"type": "cron", "expression": "* * * * *"},
+    lambda now: {"type": "every", "seconds": 300},  # beyond the look-ahead, held in Redis
 ]
 schedules = st.sampled_from(range(len(SCHEDULES)))
 misfires = st.sampled_from(["fire_all", "fire_once", "skip"])

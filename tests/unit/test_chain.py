@@ -20,6 +20,7 @@ from tests.support.clock import T0
 from timers.core import timer as timers
 from timers.core.chain import (
     CHECKPOINT_EVERY,
+    HOLD_MS,
     LAPSE_MARGIN_MS,
     MISFIRE_GRACE_MS,
     PARTITIONS,
@@ -35,6 +36,7 @@ from timers.core.chain import (
     entry_name,
     entry_ref,
     history,
+    hold_ms,
     needs_checkpoint,
     next_member,
     partition_for,
@@ -408,3 +410,14 @@ def test_a_fire_owed_past_max_fires_is_read_and_counted() -> None:
     (cursor,) = drive([walk(stored)], claims.read)
     assert cursor == Cursor(None, 2, T0 + 2_000)
     assert claims.reads <= 3  # one position per walk, not a window
+
+
+def test_a_chain_is_held_an_hour_ahead_within_what_the_retention_lets_a_walk_read() -> None:
+    """An hourly timer stays chained in Redis (no checkpoint per fire); a walk from a
+    checkpoint - CHECKPOINT_EVERY positions at most - must find its entries unexpired."""
+    lookahead, day = 120_000, 86_400_000
+    assert hold_ms(lookahead, 30 * day) == HOLD_MS >= 60 * 60_000
+    for days in (1, 2, 7, 30, 3_650):
+        held = hold_ms(lookahead, days * day)
+        assert lookahead <= held <= HOLD_MS
+        assert held * CHECKPOINT_EVERY <= days * day / 2 or held == lookahead

@@ -51,6 +51,7 @@ from timers.core.chain import (
     Entry,
     Member,
     State,
+    hold_ms,
     needs_checkpoint,
     next_member,
     step,
@@ -341,6 +342,7 @@ class Run:
             delivery_queue_url=deps.delivery_queue_url,
         )
         self._hook = deps.hooks or (lambda _: None)
+        self._hold_ms = hold_ms(deps.lookahead_ms, deps.retention_ms)
 
     # ------------------------------------------------------------ loop
 
@@ -614,7 +616,7 @@ class Run:
                 self.report.skipped += 1
             timer = self._owner_of(job)
             following = None if timer is None else next_member(job.member, entry, timer.plan)
-            chained = following is not None and following.due <= now + self.deps.lookahead_ms
+            chained = following is not None and following.due <= now + self._hold_ms
             if timer is not None and is_recurring(timer.schedule):
                 if needs_checkpoint(entry, chained) and following is None:
                     self.deps.timers.complete(

@@ -23,6 +23,19 @@ CHECKPOINT_EVERY = 128
 """A chained timer's checkpoint moves every this many fires, so the fires after a checkpoint
 are at most this many positions of the plan: a walk is a binary search of <= 8 reads."""
 
+HOLD_MS = 65 * 60_000
+"""A finished position chains its successor in Redis when that is due within this long: an
+hourly timer stays chained - no checkpoint write and no migrator restore per fire; only a
+chain that leaves Redis moves its checkpoint. Redis holds at most about an hour ahead."""
+
+
+def hold_ms(lookahead_ms: int, retention_ms: int) -> int:
+    """How far ahead a chain stays in Redis: HOLD_MS, never less than the look-ahead, and short
+    enough that a walk from a checkpoint (CHECKPOINT_EVERY positions) spans at most half the
+    claim entries' retention - they must still be there to be read."""
+    return max(lookahead_ms, min(HOLD_MS, retention_ms // (2 * CHECKPOINT_EVERY)))
+
+
 MISFIRE_GRACE_MS = 45_000
 """A cursor less than this behind now is merely late and fires as scheduled whatever the
 timer's misfire policy; older is an outage and the policy decides. It exceeds the slowest
@@ -234,8 +247,8 @@ def next_member(member: Member, entry: Entry, plan: Plan) -> Member | None:
 
 def needs_checkpoint(entry: Entry, chained: bool) -> bool:
     """Whether finishing a position must first move the timer's checkpoint: when the timer is
-    done, when the chain leaves Redis (its next position is beyond the look-ahead), after a
-    misfire jump, and every CHECKPOINT_EVERY fires."""
+    done, when the chain leaves Redis (its next position is beyond HOLD_MS), after a misfire
+    jump, and every CHECKPOINT_EVERY fires."""
     return (
         entry.end
         or not chained
