@@ -200,7 +200,7 @@ def cpu_seconds(stack: RunningStack) -> dict[str, float]:
             continue
         seconds = (int(fields[11]) + int(fields[12])) / 100  # utime + stime, clock ticks
         out["stack"] += seconds
-        if b"moto.server" in cmdline:
+        if b"moto.server" in cmdline or b"moto_server" in cmdline:
             out["moto"] += seconds
     return out
 
