@@ -127,3 +127,39 @@ def test_the_server_serves_dynamodb(endpoint: str) -> None:
     dynamodb.put_item(TableName="moto-server-test", Item={"k": {"S": "a"}, "n": {"N": "1"}})
     item = dynamodb.get_item(TableName="moto-server-test", Key={"k": {"S": "a"}})["Item"]
     assert item == {"k": {"S": "a"}, "n": {"N": "1"}}
+
+
+@pytest.mark.parametrize("clause", ["SET", "REMOVE", "ADD"])
+def test_an_update_with_a_clause_twice_is_refused_as_moto_refuses_it(
+    endpoint: str, clause: str
+) -> None:
+    dynamodb = client("dynamodb", endpoint)
+    actions = {"SET": ("a = :v", "b = :v"), "REMOVE": ("a", "b"), "ADD": ("n :n", "m :n")}[clause]
+    values = {"SET": {":v": {"S": "1"}}, "ADD": {":n": {"N": "1"}}}.get(clause)
+    with pytest.raises(dynamodb.exceptions.ClientError, match=f'The "{clause}" section can only'):
+        dynamodb.update_item(
+            TableName="moto-server-test",
+            Key={"k": {"S": "twice"}},
+            UpdateExpression=f"{clause} {actions[0]} {clause} {actions[1]}",
+            **({"ExpressionAttributeValues": values} if values else {}),
+        )
+
+
+def test_an_update_with_many_actions_applies(endpoint: str) -> None:
+    dynamodb = client("dynamodb", endpoint)
+    names = {f"#e{i}": f"entry{i}" for i in range(50)}
+    values = {f":v{i}": {"N": str(i)} for i in range(50)}
+    dynamodb.update_item(
+        TableName="moto-server-test",
+        Key={"k": {"S": "many"}},
+        UpdateExpression="SET " + ", ".join(f"#e{i} = :v{i}" for i in range(50)) + " ADD c :one",
+        ConditionExpression=" AND ".join(f"attribute_not_exists(#e{i})" for i in range(50)),
+        ExpressionAttributeNames=names,
+        ExpressionAttributeValues={**values, ":one": {"N": "1"}},
+    )
+    item = dynamodb.get_item(TableName="moto-server-test", Key={"k": {"S": "many"}})["Item"]
+    assert item == {
+        "k": {"S": "many"},
+        "c": {"N": "1"},
+        **{f"entry{i}": {"N": str(i)} for i in range(50)},
+    }
