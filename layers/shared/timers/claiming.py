@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from timers.adapters.claims import CHUNK, MAX_DEPTH, ClaimStore, chunks, weight
+from timers.adapters.claims import CHUNK, MAX_DEPTH, ClaimStore, chunks
 from timers.core.chain import (
     LAPSE_MARGIN_MS,
     Entry,
@@ -227,7 +227,7 @@ class Claimer:
             if depth > MAX_DEPTH + 1:  # cannot happen while seals only go down; never loop
                 out.held.update({j.member: j.member.due for j in group})
                 continue
-            if counts[key] + sum(weight(self._mine(j)) for j in group) > self.claims.cap:
+            if counts[key] + len(group) > self.claims.cap:
                 self.claims.seal(key)  # no room: its positions' homes are below it from now on
                 out.add(self._sort_out(group, depth + 1))
                 continue

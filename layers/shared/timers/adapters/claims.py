@@ -40,9 +40,9 @@ operators an expression may hold, ~40 of its 4 KB); moto's expression parser rec
 operand and overflows Python's stack near 100, so the local stack stays well below."""
 
 CLAIM_CAP = 256
-"""Attributes an item takes before it is sealed: ~20 KB of entries (an entry is ~75 bytes, an
-HTTP fire's delivery record as much again), far below DynamoDB's 400 KB item limit, and small
-enough that a write into a full item (a write costs the item's size) stays ~20 WRU."""
+"""Attributes an item takes before it is sealed: ~20 KB of entries (an entry is ~75 bytes; an
+HTTP fire's delivery record is an item of its own), far below DynamoDB's 400 KB item limit,
+and small enough that a write into a full item (a write costs the item's size) stays ~20 WRU."""
 
 MAX_DEPTH = 16  # hex digits of the timer hash: 16^16 items per second and partition
 BATCH_GET = 100  # keys per BatchGetItem
@@ -117,10 +117,14 @@ _DELIVERY_FIELDS = {  # DeliveryState field -> (map key, DynamoDB type)
 }
 
 
-def delivery_name(entry_name: str) -> str:
-    """The delivery record of an HTTP fire sits beside its entry, in an attribute of its own:
-    the trigger rewrites whole entries, and never this one (docs/webhooks.md)."""
-    return f"w:{entry_name}"
+DELIVERY = "w"  # the attribute of a delivery record's item that holds the record
+
+
+def delivery_key(ref: EntryRef) -> str:
+    """The item of an HTTP fire's delivery record: its own small item beside the claim item
+    (``w/<home>/<entry>``, which no claim or slot key can be). A write costs ~1 WRU, where an
+    attribute of the claim item cost the whole item's size (~4 WRU for 32 webhook fires)."""
+    return f"w/{ref[0]}/{ref[1]}"
 
 
 def delivery_to_item_value(state: DeliveryState) -> dict[str, Any]:
@@ -129,12 +133,6 @@ def delivery_to_item_value(state: DeliveryState) -> dict[str, Any]:
 
 def delivery_from_item_value(value: Mapping[str, Any]) -> DeliveryState:
     return DeliveryState(**_from_map(value, _DELIVERY_FIELDS))
-
-
-def weight(entry: Entry) -> int:
-    """Attributes an entry may bring into its item: an HTTP fire's delivery record is written
-    later by the delivery function, so its room is taken with the claim."""
-    return 2 if entry.hook else 1
 
 
 def child_key(key: str, entry_name: str) -> str:
@@ -246,14 +244,11 @@ class ClaimStore(LowLevelClient):
 
     def read_deliveries(self, refs: Iterable[EntryRef]) -> dict[EntryRef, DeliveryState]:
         """The delivery records of these positions' HTTP fires (absent ones left out)."""
-        homes = {ref: at.key for ref, at in self.locate(refs).items()}
-        wanted: dict[str, set[str]] = {}
-        for (_, name), key in homes.items():
-            wanted.setdefault(key, set()).add(delivery_name(name))
-        items = self._items(wanted, consistent=False)
+        homes = {ref: delivery_key((at.key, ref[1])) for ref, at in self.locate(refs).items()}
+        items = self._items({key: {DELIVERY} for key in homes.values()}, consistent=False)
         found: dict[EntryRef, DeliveryState] = {}
         for ref, key in homes.items():
-            value = items.get(key, {}).get(delivery_name(ref[1]))
+            value = items.get(key, {}).get(DELIVERY)
             if value is not None:
                 found[ref] = delivery_from_item_value(value)
         return found
@@ -261,7 +256,7 @@ class ClaimStore(LowLevelClient):
     def read_delivery(self, ref: EntryRef) -> DeliveryState | None:
         """One fire's delivery record (consistent), None before its first attempt. ``ref``
         names the entry's home (the trigger sends it with the fire)."""
-        value = self._attribute(ref[0], delivery_name(ref[1]))
+        value = self._attribute(delivery_key(ref), DELIVERY)
         return None if value is None else delivery_from_item_value(value)
 
     def write_delivery(
@@ -269,8 +264,7 @@ class ClaimStore(LowLevelClient):
     ) -> bool:
         """Store a delivery record, only over the one read before (``previous``): two copies
         of a message handled at once cannot both count their attempt as the same one. Its room
-        in the item was taken with the claim (:func:`weight`)."""
-        key, name = ref
+        expires with the claim item it sits beside."""
         if previous is None:
             condition = "attribute_not_exists(#w)"
             values: dict[str, Any] = {}
@@ -278,14 +272,14 @@ class ClaimStore(LowLevelClient):
             condition = "#w.#a = :prev"
             values = {":prev": {"N": str(previous.attempts)}}
         return self._write(
-            key,
+            delivery_key(ref),
             f"SET #w = :v, {TTL_ATTRIBUTE} = if_not_exists({TTL_ATTRIBUTE}, :ttl)",
             condition,
-            {"#w": delivery_name(name), **({"#a": "a"} if previous is not None else {})},
+            {"#w": DELIVERY, **({"#a": "a"} if previous is not None else {})},
             {
                 **values,
                 ":v": delivery_to_item_value(state),
-                ":ttl": {"N": str(self.expires_at(key))},
+                ":ttl": {"N": str(self.expires_at(ref[0]))},
             },
         )
 
@@ -294,12 +288,11 @@ class ClaimStore(LowLevelClient):
         failure it reopens - the same attempts and failed-at time: a delivery function that
         reopened it first (the message got there before this write), or a newer attempt,
         stands."""
-        key, name = ref
         return self._write(
-            key,
+            delivery_key(ref),
             "SET #w = :v",
             "#w.#a = :a AND #w.#xt = :xt",
-            {"#w": delivery_name(name), "#a": "a", "#xt": "xt"},
+            {"#w": DELIVERY, "#a": "a", "#xt": "xt"},
             {
                 ":v": delivery_to_item_value(state),
                 ":a": {"N": str(failed.attempts)},
@@ -348,7 +341,7 @@ class ClaimStore(LowLevelClient):
         and the item, unsealed, has room for them. False: one exists, or no room (the caller
         locates them and seals a full item)."""
         names = list(entries)
-        adding = sum(weight(e) for e in entries.values())
+        adding = len(entries)
         if adding > self.cap:
             raise ValueError(f"{adding} attributes do not fit a claim item of {self.cap}")
         return self._update(
