@@ -55,9 +55,10 @@ COLD_AFTER_MS = 60_000
 """A bucket with no run started for this long counts as cold. Lambda retires idle sandboxes
 after minutes (undocumented; ~5-15 seen): counting warm sandboxes as cold costs one extra
 short invocation, the reverse a cold start's lag, so this errs low."""
-DEFAULT_COLD_START_MS = 1_000
-"""Cold-start estimate (invoke -> handler) until a cold trigger has measured one: a cold
-Python trigger on AWS is ~400-900 ms with its imports."""
+DEFAULT_COLD_START_MS = 2_000
+"""Cold-start estimate (invoke -> handler) until a cold trigger has measured one. A cold Python
+trigger on AWS is ~400-900 ms with its imports, a local sandbox 1-2 s; high on purpose, as an
+estimate too high costs an invocation and one too low a late fire."""
 MAX_COLD_START_MS = 3_000
 """Estimates and samples are clamped to 0..this: one pathological start must not make every
 sparse bucket's runs start many seconds early."""
