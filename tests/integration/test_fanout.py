@@ -25,6 +25,7 @@ from timers.adapters.warmth import WarmthStore
 from timers.core.chain import Member
 from timers.fanout import (
     COLD_AFTER_MS,
+    COLD_HEADROOM,
     DEFAULT_COLD_START_MS,
     LEAD_MS,
     LOCK_KEY,
@@ -35,11 +36,12 @@ from timers.fanout import (
     MAX_RUN_MS,
     PER_TRIGGER,
     POLL_MS,
+    RAN_WRITE_MS,
     STOP_MARGIN_MS,
     SWEEP_MS,
     Fanout,
     FanoutDeps,
-    clamp_cold_ms,
+    cold_lead_ms,
     cold_start_sample,
     is_cold,
     next_cold_estimate,
@@ -657,7 +659,8 @@ def test_a_run_works_on_a_cluster_mode_server(
 # ---------------------------------------------------------------- cold buckets start earlier
 
 
-COLD_MS = 800  # a measured cold start (invoke -> handler)
+COLD_MS = 700  # a measured cold start (invoke -> handler)
+COLD_LEAD = COLD_HEADROOM * COLD_MS  # a cold bucket's run starts this much earlier than warm
 
 
 @pytest.fixture
@@ -683,13 +686,13 @@ def test_a_cold_bucket_is_invoked_earlier_by_the_measured_cold_start(
     due = T0 + 5_000
     add(index, 3, 1, due)  # bucket 3 never ran: its sandboxes are likely cold
     fanout = Fanout(cold_deps)
-    act_at(fanout, clock, T0, due - LEAD_MS - COLD_MS - 1)
+    act_at(fanout, clock, T0, due - LEAD_MS - COLD_LEAD - 1)
     assert invokes.calls == []
 
-    act_at(fanout, clock, due - LEAD_MS - COLD_MS)
-    assert [(c["bucket"], c["at_ms"]) for c in invokes.calls] == [(3, due - LEAD_MS - COLD_MS)]
+    act_at(fanout, clock, due - LEAD_MS - COLD_LEAD)
+    assert [(c["bucket"], c["at_ms"]) for c in invokes.calls] == [(3, due - LEAD_MS - COLD_LEAD)]
     assert (fanout.report.invocations, fanout.report.cold_invocations) == (1, 1)
-    assert warmth.last_runs() == {3: due - LEAD_MS - COLD_MS}  # a later fan-out knows it ran
+    assert warmth.last_runs() == {3: due - LEAD_MS - COLD_LEAD}  # a later fan-out knows it ran
 
 
 def test_a_bucket_that_ran_recently_keeps_the_warm_lead(
@@ -704,7 +707,7 @@ def test_a_bucket_that_ran_recently_keeps_the_warm_lead(
     warmth.ran([3], due - LEAD_MS - COLD_AFTER_MS)  # still warm when its lead comes
     add(index, 3, 1, due)
     fanout = Fanout(cold_deps)
-    act_at(fanout, clock, T0, due - LEAD_MS - COLD_MS, due - LEAD_MS - 1)
+    act_at(fanout, clock, T0, due - LEAD_MS - COLD_LEAD, due - LEAD_MS - 1)
     assert invokes.calls == []
     act_at(fanout, clock, due - LEAD_MS)
     assert [(c["bucket"], c["at_ms"]) for c in invokes.calls] == [(3, due - LEAD_MS)]
@@ -720,11 +723,11 @@ def test_a_bucket_idle_past_COLD_AFTER_MS_counts_cold_again(
 ) -> None:
     warmth.record_cold_start(COLD_MS)
     due = T0 + 5_000
-    warmth.ran([3], due - LEAD_MS - COLD_MS - COLD_AFTER_MS - 1)
+    warmth.ran([3], due - LEAD_MS - COLD_LEAD - COLD_AFTER_MS - 1)
     add(index, 3, 1, due)
     fanout = Fanout(cold_deps)
-    act_at(fanout, clock, T0, due - LEAD_MS - COLD_MS)
-    assert [c["at_ms"] for c in invokes.calls] == [due - LEAD_MS - COLD_MS]
+    act_at(fanout, clock, T0, due - LEAD_MS - COLD_LEAD)
+    assert [c["at_ms"] for c in invokes.calls] == [due - LEAD_MS - COLD_LEAD]
 
 
 def test_until_a_cold_start_is_measured_the_default_estimate_leads(
@@ -733,7 +736,7 @@ def test_until_a_cold_start_is_measured_the_default_estimate_leads(
     due = T0 + 5_000
     add(index, 3, 1, due)
     fanout = Fanout(cold_deps)
-    lead = LEAD_MS + DEFAULT_COLD_START_MS
+    lead = LEAD_MS + COLD_HEADROOM * DEFAULT_COLD_START_MS
     act_at(fanout, clock, T0, due - lead - 1)
     assert invokes.calls == []
     act_at(fanout, clock, due - lead)
@@ -752,7 +755,7 @@ def test_only_the_cold_buckets_backlog_counts_the_longer_lead(
     warmth.record_cold_start(COLD_MS)
     warmth.ran([2], T0 - 1_000)
     add(index, 2, 1, T0 + LEAD_MS)
-    add(index, 2, PER_TRIGGER, T0 + LEAD_MS + COLD_MS)  # beyond the warm lead
+    add(index, 2, PER_TRIGGER, T0 + LEAD_MS + COLD_LEAD)  # beyond the warm lead
     fanout = Fanout(cold_deps)
     act_at(fanout, clock, T0)
     assert [(c["bucket"], c["slot"]) for c in invokes.calls] == [(2, 0)]
@@ -774,7 +777,7 @@ def test_an_early_cold_run_that_finds_nothing_yet_is_started_again_warm_in_time(
     (m,) = add(index, 4, 1, due)
     fanout = Fanout(cold_deps)
     act_at(fanout, clock, *range(T0, due, POLL_MS))
-    assert [c["at_ms"] for c in invokes.calls] == [due - LEAD_MS - COLD_MS, due - LEAD_MS]
+    assert [c["at_ms"] for c in invokes.calls] == [due - LEAD_MS - COLD_LEAD, due - LEAD_MS]
     assert trigger.taken == [(m, due - LEAD_MS)]
     assert (fanout.report.invocations, fanout.report.cold_invocations) == (2, 1)
 
@@ -796,7 +799,7 @@ def test_a_fanout_run_that_takes_the_lock_over_knows_which_buckets_ran(
     due = T0 + 10_000
     add(index, 5, 1, due)
     second = Fanout(cold_deps)  # the next minute's run, in another sandbox
-    act_at(second, clock, T0 + 1_000, due - LEAD_MS - COLD_MS, due - LEAD_MS)
+    act_at(second, clock, T0 + 1_000, due - LEAD_MS - COLD_LEAD, due - LEAD_MS)
     assert [c["at_ms"] for c in invokes.calls] == [T0, due - LEAD_MS]
 
 
@@ -813,10 +816,17 @@ def test_without_warmth_every_bucket_gets_the_warm_lead(
 
 @pytest.mark.parametrize(
     ("estimate", "expected"),
-    [(None, DEFAULT_COLD_START_MS), (0, 0), (-5, 0), (640, 640), (10**6, MAX_COLD_START_MS)],
+    [
+        (None, COLD_HEADROOM * DEFAULT_COLD_START_MS),
+        (0, 0),
+        (-5, 0),
+        (640, COLD_HEADROOM * 640),
+        (MAX_COLD_START_MS, MAX_COLD_START_MS),
+        (10**6, MAX_COLD_START_MS),
+    ],
 )
-def test_clamp_cold_ms(estimate: int | None, expected: int) -> None:
-    assert clamp_cold_ms(estimate) == expected
+def test_cold_lead_ms(estimate: int | None, expected: int) -> None:
+    assert cold_lead_ms(estimate) == expected
 
 
 @pytest.mark.parametrize(
@@ -857,3 +867,19 @@ def test_the_estimate_is_a_decaying_peak_and_redis_folds_it_as_the_core_does(
     assert max(expected) == MAX_COLD_START_MS and min(expected) >= 0
     assert [warmth.record_cold_start(s) for s in samples] == expected
     assert warmth.cold_start_ms() == expected[-1]
+
+
+def test_a_buckets_run_is_written_to_redis_at_most_every_RAN_WRITE_MS(
+    cold_deps: FanoutDeps,
+    clock: FakeClock,
+    invokes: Invokes,
+    index: RedisIndex,
+    warmth: WarmthStore,
+) -> None:
+    invokes.then = FakeTrigger(index)
+    fanout = Fanout(cold_deps)
+    for at in (T0, T0 + RAN_WRITE_MS - POLL_MS, T0 + RAN_WRITE_MS):
+        add(index, 5, 1, at)
+        act_at(fanout, clock, at)
+        assert [c["at_ms"] for c in invokes.calls][-1] == at
+        assert warmth.last_runs() == {5: T0 if at < T0 + RAN_WRITE_MS else at}

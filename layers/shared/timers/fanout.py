@@ -55,13 +55,19 @@ COLD_AFTER_MS = 60_000
 """A bucket with no run started for this long counts as cold. Lambda retires idle sandboxes
 after minutes (undocumented; ~5-15 seen): counting warm sandboxes as cold costs one extra
 short invocation, the reverse a cold start's lag, so this errs low."""
-DEFAULT_COLD_START_MS = 2_000
-"""Cold-start estimate (invoke -> handler) until a cold trigger has measured one. A cold Python
-trigger on AWS is ~400-900 ms with its imports, a local sandbox 1-2 s; high on purpose, as an
-estimate too high costs an invocation and one too low a late fire."""
+DEFAULT_COLD_START_MS = 1_000
+"""Cold-start estimate (invoke -> handler) until a cold trigger has measured one: a cold Python
+trigger on AWS is ~400-900 ms with its imports, a local sandbox 0.5-2 s."""
+COLD_HEADROOM = 2
+"""A cold bucket's run is started this many estimates early: cold starts vary about twofold
+(0.47-1.07 s in one local run), and an estimate too high costs an invocation, one too low a
+late fire."""
 MAX_COLD_START_MS = 3_000
-"""Estimates and samples are clamped to 0..this: one pathological start must not make every
-sparse bucket's runs start many seconds early."""
+"""Samples, estimates and the cold lead are clamped to 0..this: one pathological start must not
+make every sparse bucket's runs start many seconds early."""
+RAN_WRITE_MS = 10_000
+"""The fan-out records a bucket's run in Redis at most this often (its own copy every time): a
+takeover then sees it up to this much older, which only errs towards cold."""
 COLD_DECAY = 0.75
 """The estimate is a decaying peak: a slower cold start raises it at once, faster ones lower
 it by a quarter of the gap each (an estimate too high is cheap, one too low is lag)."""
@@ -138,10 +144,11 @@ def runs_wanted(backlog: int) -> int:
     return min(MAX_PARALLEL, max(1, math.ceil(backlog / PER_TRIGGER)))
 
 
-def clamp_cold_ms(estimate: int | None) -> int:
-    """The cold-start lead to use: the measured estimate, or the default, within bounds."""
+def cold_lead_ms(estimate: int | None) -> int:
+    """How much earlier than a warm one a cold bucket's run is started: COLD_HEADROOM times the
+    measured estimate (or the default), within bounds."""
     value = DEFAULT_COLD_START_MS if estimate is None else estimate
-    return min(max(0, value), MAX_COLD_START_MS)
+    return min(max(0, COLD_HEADROOM * value), MAX_COLD_START_MS)
 
 
 def is_cold(last_run_ms: int | None, now_ms: int) -> bool:
@@ -186,7 +193,8 @@ class Fanout:
         self._renewed_ms = 0
         self._swept_ms: int | None = None
         self._ran: dict[int, int] = {}  # bucket -> when a run of it was last started
-        self._cold_ms = clamp_cold_ms(None)
+        self._ran_written: dict[int, int] = {}  # ... as last written to Redis
+        self._cold_lead_ms = cold_lead_ms(None)
 
     def steps(self, start_ms: int, deadline_ms: int) -> Iterator[int]:
         """Yield each instant to wake at (the driver waits until then), then act at it."""
@@ -214,7 +222,7 @@ class Fanout:
         if self._swept_ms is None or now - self._swept_ms >= SWEEP_MS:
             self.deps.index.sweep()
             if warmth is not None:  # the estimate moves only with cold starts: once a sweep
-                self._cold_ms = clamp_cold_ms(warmth.cold_start_ms())
+                self._cold_lead_ms = cold_lead_ms(warmth.cold_start_ms())
             self.report.sweeps += 1
             self._swept_ms = now
         self.poll(now)
@@ -223,12 +231,12 @@ class Fanout:
         """How long before its earliest due member a bucket's run is started."""
         if self.deps.warmth is None or not is_cold(self._ran.get(bucket), now):
             return LEAD_MS
-        return LEAD_MS + self._cold_ms
+        return LEAD_MS + self._cold_lead_ms
 
     def poll(self, now: int) -> None:
         """Start the runs that buckets due within their lead need, smallest backlog first."""
         self.report.polls += 1
-        longest = LEAD_MS if self.deps.warmth is None else LEAD_MS + self._cold_ms
+        longest = LEAD_MS if self.deps.warmth is None else LEAD_MS + self._cold_lead_ms
         hints = [(b, h) for b, h in self.deps.index.hints_until(now + longest)
                  if h <= now + self.lead_ms(b, now)]  # fmt: skip
         if not hints:
@@ -279,9 +287,11 @@ class Fanout:
         self.report.failed_invocations += len(sent) - sum(sent)
         started = [bucket for (bucket, _), ok in zip(starts, sent, strict=True) if ok]
         self.report.cold_invocations += sum(self.lead_ms(b, now) > LEAD_MS for b in started)
-        if self.deps.warmth is not None and started:
-            self.deps.warmth.ran(sorted(set(started)), now)
-            self._ran.update(dict.fromkeys(started, now))
+        self._ran.update(dict.fromkeys(started, now))
+        stale = sorted({b for b in started if now - self._ran_written.get(b, 0) >= RAN_WRITE_MS})
+        if self.deps.warmth is not None and stale:
+            self.deps.warmth.ran(stale, now)
+            self._ran_written.update(dict.fromkeys(stale, now))
 
     def _invoke_one(self, bucket: int, slot: int, now: int) -> bool:
         event = {"bucket": bucket, "slot": slot, "token": self.token, "at_ms": now}
