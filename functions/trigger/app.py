@@ -38,7 +38,7 @@ from timers.sending import SEND_WORKERS
 logger = Logger()
 metrics = Metrics()
 INITIALIZED_MS = wall_clock_ms()  # this sandbox's imports are done (its init, but deps())
-_first_invocation = True
+_first_invocation = True  # only a sandbox's first invocation can have waited for its init
 
 # The trigger retries SQS itself (bounded, with backoff, then records the fire failed), so the
 # client fails fast instead of stacking botocore's retries on top; one connection per lane.
