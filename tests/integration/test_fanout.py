@@ -733,7 +733,7 @@ def test_a_bucket_idle_past_COLD_AFTER_MS_counts_cold_again(
 def test_until_a_cold_start_is_measured_the_default_estimate_leads(
     cold_deps: FanoutDeps, clock: FakeClock, invokes: Invokes, index: RedisIndex
 ) -> None:
-    due = T0 + 5_000
+    due = T0 + 10_000
     add(index, 3, 1, due)
     fanout = Fanout(cold_deps)
     lead = LEAD_MS + COLD_HEADROOM * DEFAULT_COLD_START_MS

@@ -55,16 +55,17 @@ COLD_AFTER_MS = 60_000
 """A bucket with no run started for this long counts as cold. Lambda retires idle sandboxes
 after minutes (undocumented; ~5-15 seen): counting warm sandboxes as cold costs one extra
 short invocation, the reverse a cold start's lag, so this errs low."""
-MAX_COLD_START_MS = 3_000
-"""Samples, estimates and the cold lead are clamped to 0..this: one pathological start must not
-make every sparse bucket's runs start many seconds early."""
+MAX_COLD_START_MS = 6_000
+"""Samples, estimates and the cold lead are clamped to 0..this, so one pathological start does
+not make sparse buckets' runs start ever earlier. On AWS the estimate stays near 1-2 s and this
+never binds; the local stack's sandboxes took 4.9-5.9 s on a 2-core machine at load 6."""
 COLD_HEADROOM = 2
 """A cold bucket's run is started this many estimates early: cold starts vary about twofold
 (0.47-1.07 s in one local run), and an estimate too high costs an invocation, one too low a
 late fire."""
 DEFAULT_COLD_START_MS = MAX_COLD_START_MS // COLD_HEADROOM
 """Until a cold trigger has measured one, the longest lead: a cold Python trigger on AWS is
-~400-900 ms with its imports, a local sandbox 0.5-2.7 s on a loaded 2-core machine."""
+~400-900 ms with its imports, a local sandbox 0.5-6 s on a 2-core machine."""
 RAN_WRITE_MS = 10_000
 """The fan-out records a bucket's run in Redis at most this often (its own copy every time): a
 takeover then sees it up to this much older, which only errs towards cold."""
