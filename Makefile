@@ -23,7 +23,7 @@ help:
 	@echo "                 (TIMERS_ALLOW_LOOPBACK_TARGETS=1 make run: and a webhook too)"
 	@echo "make test      - the whole suite (real redis-server, moto); installs what it needs"
 	@echo "make reverts   - put each of issue 16's defects back: the stateful test must fail"
-	@echo "make bench     - benchmarks, ~35 min (QUICK=1: smaller sizes) -> bench/results/latest.json"
+	@echo "make bench     - benchmarks, ~40 min (QUICK=1: smaller sizes) -> bench/results/latest.json"
 	@echo "make lint      - ruff + mypy"
 	@echo "make validate  - sam validate --lint and cfn-lint on template.yaml"
 	@echo "make scan      - checkov on template.yaml: 0 failed (each exception skipped with its reason)"
@@ -66,6 +66,7 @@ bench: venv
 	QUICK=$(QUICK) $(BIN)/python -m bench.hot_second
 	QUICK=$(QUICK) $(BIN)/python -m bench.cost
 	QUICK=$(QUICK) $(BIN)/python -m bench.e2e
+	QUICK=$(QUICK) $(BIN)/python -m bench.cold
 	QUICK=$(QUICK) $(BIN)/python -m bench.webhooks
 	QUICK=$(QUICK) $(BIN)/python -m bench.flush
 	@$(BIN)/python -m bench.report

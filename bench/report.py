@@ -50,6 +50,11 @@ def rows(now: dict[str, Any], before: dict[str, Any]) -> list[tuple[str, str, st
             ("tenant B's lone timer during A's 300-burst: lag", _ms(e["fairness"]["b_lag_ms"]),
              "9,600 ms (issue 10)"),
         ]  # fmt: skip
+        if cold := e.get("cold"):
+            out.append((f"first fires after idle ({cold['fires']} in {len(cold['rounds'])} "
+                        "rounds, cold sandboxes): SQS SentTimestamp lag p50 / max",
+                        f"{_ms(cold['sent_lag_ms']['p50'])} / {_ms(cold['sent_lag_ms']['max'])}"
+                        f", {_faults(cold)}", "1,600-2,700 ms (issue 18)"))  # fmt: skip
         for key in sorted(k for k in e if k.startswith("burst_") and isinstance(e[k], dict)):
             b, old = e[key], old_bursts.get(e[key]["n"], {})
             out.append((

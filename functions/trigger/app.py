@@ -1,7 +1,9 @@
 """Trigger (async-invoked by the fan-out per bucket): fire the bucket's due positions on time.
 
 Thin: parse the event, wire the clients once per cold start, run with the invocation's
-deadline, report once. The fire path lives in ``timers.firing``.
+deadline, report once. The fire path lives in ``timers.firing``. A cold start (the sandbox's
+first invocation, invoked before the sandbox had initialized) folds its invoke-to-handler delay
+into the estimate the fan-out leads cold buckets by (``timers.fanout``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from botocore.config import Config
 
 from timers.adapters.claims import ClaimStore
 from timers.adapters.redis_index import RedisIndex
+from timers.adapters.warmth import WarmthStore
 from timers.config import Settings
+from timers.fanout import cold_start_sample
 from timers.firing import RunMarker, TriggerDeps, TriggerReport, run_trigger
 from timers.runtime import (
     DAY_MS,
@@ -33,6 +37,8 @@ from timers.sending import SEND_WORKERS
 
 logger = Logger()
 metrics = Metrics()
+INITIALIZED_MS = wall_clock_ms()  # this sandbox's imports are done (its init, but deps())
+_first_invocation = True  # only a sandbox's first invocation can have waited for its init
 
 # The trigger retries SQS itself (bounded, with backoff, then records the fire failed), so the
 # client fails fast instead of stacking botocore's retries on top; one connection per lane.
@@ -81,6 +87,16 @@ def _int(value: Any) -> int | None:
 
 
 @cache
+def redis_conn() -> Any:
+    return redis_client(Settings.from_env())
+
+
+@cache
+def warmth() -> WarmthStore:
+    return WarmthStore(redis_conn())
+
+
+@cache
 def deps() -> TriggerDeps:
     """Clients and settings, built once per cold start (not at import)."""
     settings = Settings.from_env()
@@ -91,7 +107,7 @@ def deps() -> TriggerDeps:
         boto3.client("dynamodb", config=DYNAMO_CONFIG),
         boto3.client("dynamodb", config=RECORD_CONFIG),
     )
-    conn = redis_client(settings)
+    conn = redis_conn()
     return TriggerDeps(
         index=RedisIndex(conn, settings.bucket_count),
         claims=claims,
@@ -139,11 +155,19 @@ def emit_metrics(report: TriggerReport, invoke_delay_ms: int | None) -> None:
 @logger.inject_lambda_context
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    global _first_invocation
     request = TriggerEvent.parse(event)
     d = deps()
     started_ms = d.clock()
+    cold_ms = cold_start_sample(request.at_ms, INITIALIZED_MS, started_ms)
+    cold_ms, _first_invocation = (cold_ms if _first_invocation else None), False
     report = run_trigger(d, request.bucket, context.get_remaining_time_in_millis(), request.marker)
     delay = None if request.at_ms is None else started_ms - request.at_ms
+    if cold_ms is not None:  # after the run: the fires do not wait for it
+        try:
+            warmth().record_cold_start(cold_ms)
+        except Exception:  # the estimate is a hint; a Redis blip must not fail the run
+            logger.exception("cold start not recorded")
     emit_metrics(report, delay)
     # One short line per run (CloudWatch bills its bytes): the counters that are not zero, the
     # request id; the log group already names the function.
@@ -151,5 +175,5 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     line: dict[str, Any] = {k: v for k, v in report.summary().items() if v or k == "bucket"}
     if report.failures:
         line["failures_sample"] = report.failures[:5]
-    logger.info("trigger run", extra={**line, "invoke_delay_ms": delay})
+    logger.info("trigger run", extra={**line, "invoke_delay_ms": delay, "cold_start_ms": cold_ms})
     return report.summary()

@@ -5,7 +5,8 @@ nothing else of the caller's), imports the handler once (the cold start), then h
 event at a time with a fresh context object. An invocation that runs past the template's
 Timeout kills its worker, as Lambda ends a timed-out sandbox; the next one starts cold.
 Async invocations queue, age out after MaximumEventAgeInSeconds and retry per
-MaximumRetryAttempts, like Lambda's event queue.
+MaximumRetryAttempts, like Lambda's event queue. A sandbox left idle longer than the pool's
+idle time is stopped, as Lambda retires idle sandboxes, so the next invocation starts cold.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import contextlib
 import json
 import multiprocessing
 import os
-import queue
 import signal
 import sys
 import threading
@@ -32,6 +32,9 @@ from typing import Any
 from ops.local.context import LambdaContext
 from ops.local.spec import FunctionSpec
 
+IDLE_S = 300.0
+"""How long an idle sandbox lives (``LOCAL_LAMBDA_IDLE_S``): Lambda does not document it;
+idle sandboxes are seen retired after roughly 5 to 15 minutes, sooner under memory pressure."""
 INIT_TIMEOUT_S = 60.0  # generous: a cold import on a busy 2-core laptop is slow
 ASYNC_RETRY_DELAYS_S = (60.0, 120.0)  # Lambda retries a failed async event after ~1, then ~2 min
 _SPAWN = multiprocessing.get_context("spawn")  # never fork a process that runs threads
@@ -200,13 +203,19 @@ class FunctionPool:
         log_dir: Path,
         concurrency: int,
         report: Callable[[str], None],
+        idle_s: float = IDLE_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if not idle_s > 0:
+            raise ValueError(f"idle_s must be a positive number of seconds, got {idle_s!r}")
         self.spec = spec
         self._env = env
         self._log = log_dir / f"{spec.name}.log"
         self._report = report
+        self._idle_s = idle_s
+        self._clock = clock
         self._slots = threading.BoundedSemaphore(concurrency)
-        self._idle: queue.LifoQueue[Worker] = queue.LifoQueue()  # warmest first
+        self._idle: list[tuple[Worker, float]] = []  # (sandbox, idle since); warmest last
         self._events = ThreadPoolExecutor(concurrency, thread_name_prefix=f"{spec.name}-event")
         self._lock = threading.Lock()
         self._workers: set[Worker] = set()
@@ -222,8 +231,24 @@ class FunctionPool:
         """Start one sandbox now; None if the handler imports, else its init error."""
         worker, failure = self._start()
         if worker is not None:
-            self._idle.put(worker)
+            self._park(worker)
         return failure
+
+    def _park(self, worker: Worker) -> None:
+        with self._lock:
+            self._idle.append((worker, self._clock()))
+
+    def retire_idle(self) -> int:
+        """Stop the sandboxes idle for ``idle_s`` or longer (how many). The stack calls this
+        often; taking a sandbox calls it too, so a retired one is never handed out late."""
+        now = self._clock()
+        with self._lock:
+            stale = [w for w, since in self._idle if now - since >= self._idle_s]
+            self._idle = [(w, since) for w, since in self._idle if now - since < self._idle_s]
+            self._workers.difference_update(stale)
+        for worker in stale:
+            worker.stop()
+        return len(stale)
 
     def _start(self) -> tuple[Worker | None, Outcome | None]:
         worker = Worker(self.spec, self._env, self._log)
@@ -256,17 +281,16 @@ class FunctionPool:
                     return self._reported(request_id, failure)
             outcome, reusable = worker.run(request_id, event)
             if reusable and not self._closed:
-                self._idle.put(worker)
+                self._park(worker)
             else:
                 worker.kill()
                 self._forget(worker)
         return self._reported(request_id, outcome)
 
     def _warm_worker(self) -> Worker | None:
-        try:
-            return self._idle.get_nowait()
-        except queue.Empty:
-            return None
+        self.retire_idle()
+        with self._lock:
+            return self._idle.pop()[0] if self._idle else None
 
     def _reported(self, request_id: str, outcome: Outcome) -> Outcome:
         if outcome.function_error and not self._closed:  # not the sandboxes close() killed
@@ -303,5 +327,6 @@ class FunctionPool:
         with self._lock:
             workers = list(self._workers)
             self._workers.clear()
+            self._idle.clear()
         for worker in workers:
             worker.kill()

@@ -30,7 +30,7 @@ from botocore.config import Config
 from ops import admin, template
 from ops.local import state
 from ops.local.gateway import Gateway
-from ops.local.lambdas import FunctionPool, sandbox_env
+from ops.local.lambdas import IDLE_S, FunctionPool, sandbox_env
 from ops.local.queues import QueuePoller
 from ops.local.schedules import Scheduler, scheduled_event
 from ops.local.spec import ScheduleSpec, StackSpec, TemplateError, load_stack
@@ -54,6 +54,7 @@ class LocalConfig:
     redis_port: int = 6390
     demo_api_key: str | None = None
     concurrency: int = 8  # sandboxes per function: armed trigger runs wait for their due instant
+    idle_s: int = int(IDLE_S)  # an idle sandbox is retired after this, as Lambda does
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> LocalConfig:
@@ -69,6 +70,7 @@ class LocalConfig:
             redis_port=number("REDIS_PORT", 6390),
             demo_api_key=env.get("TIMERS_DEMO_API_KEY") or None,
             concurrency=number("LOCAL_LAMBDA_CONCURRENCY", 8, high=64),
+            idle_s=number("LOCAL_LAMBDA_IDLE_S", int(IDLE_S), high=86_400),
         )
         if len({config.api_port, config.aws_port, config.redis_port}) < 3:
             raise StackError("API_PORT, AWS_PORT and REDIS_PORT must be three different ports")
@@ -231,7 +233,7 @@ class LocalStack:
         for name, function in spec.functions.items():
             env = sandbox_env(function, spec.region, runtime)
             self.pools[name] = FunctionPool(
-                function, env, self.logs, self.config.concurrency, self.say
+                function, env, self.logs, self.config.concurrency, self.say, self.config.idle_s
             )
         with ThreadPoolExecutor(len(self.pools) or 1) as warmers:
             warmed = warmers.map(FunctionPool.warm, self.pools.values())
@@ -260,6 +262,8 @@ class LocalStack:
     def watch(self, stop: threading.Event) -> str | None:
         """Block until ``stop`` is set (None) or a component dies (the reason)."""
         while not stop.wait(WATCH_INTERVAL_S):
+            for pool in self.pools.values():
+                pool.retire_idle()
             if self.redis and self.redis.process and self.redis.process.poll() is not None:
                 return f"redis-server exited (code {self.redis.process.returncode})"
             if self.moto and self.moto.poll() is not None:

@@ -21,20 +21,30 @@ import redis
 
 from tests.support.clock import T0, FakeClock
 from timers.adapters.redis_index import HINTS_KEY, Lock, RedisIndex
+from timers.adapters.warmth import WarmthStore
 from timers.core.chain import Member
 from timers.fanout import (
+    COLD_AFTER_MS,
+    COLD_HEADROOM,
+    DEFAULT_COLD_START_MS,
     LEAD_MS,
     LOCK_KEY,
     LOCK_RENEW_MS,
     LOCK_TTL_MS,
+    MAX_COLD_START_MS,
     MAX_PARALLEL,
     MAX_RUN_MS,
     PER_TRIGGER,
     POLL_MS,
+    RAN_WRITE_MS,
     STOP_MARGIN_MS,
     SWEEP_MS,
     Fanout,
     FanoutDeps,
+    cold_lead_ms,
+    cold_start_sample,
+    is_cold,
+    next_cold_estimate,
     run_deadline,
     run_fanout,
     runs_wanted,
@@ -644,3 +654,232 @@ def test_a_run_works_on_a_cluster_mode_server(
         assert client.get(LOCK_KEY) is None
     finally:
         client.close()
+
+
+# ---------------------------------------------------------------- cold buckets start earlier
+
+
+COLD_MS = 700  # a measured cold start (invoke -> handler)
+COLD_LEAD = COLD_HEADROOM * COLD_MS  # a cold bucket's run starts this much earlier than warm
+
+
+@pytest.fixture
+def warmth(redis_url: str, redis_client: redis.Redis) -> Iterator[WarmthStore]:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)  # as the functions' is
+    yield WarmthStore(client)
+    client.close()
+
+
+@pytest.fixture
+def cold_deps(deps: FanoutDeps, warmth: WarmthStore) -> FanoutDeps:
+    return replace(deps, warmth=warmth)
+
+
+def test_a_cold_bucket_is_invoked_earlier_by_the_measured_cold_start(
+    cold_deps: FanoutDeps,
+    clock: FakeClock,
+    invokes: Invokes,
+    index: RedisIndex,
+    warmth: WarmthStore,
+) -> None:
+    warmth.record_cold_start(COLD_MS)
+    due = T0 + 5_000
+    add(index, 3, 1, due)  # bucket 3 never ran: its sandboxes are likely cold
+    fanout = Fanout(cold_deps)
+    act_at(fanout, clock, T0, due - LEAD_MS - COLD_LEAD - 1)
+    assert invokes.calls == []
+
+    act_at(fanout, clock, due - LEAD_MS - COLD_LEAD)
+    assert [(c["bucket"], c["at_ms"]) for c in invokes.calls] == [(3, due - LEAD_MS - COLD_LEAD)]
+    assert (fanout.report.invocations, fanout.report.cold_invocations) == (1, 1)
+    assert warmth.last_runs() == {3: due - LEAD_MS - COLD_LEAD}  # a later fan-out knows it ran
+
+
+def test_a_bucket_that_ran_recently_keeps_the_warm_lead(
+    cold_deps: FanoutDeps,
+    clock: FakeClock,
+    invokes: Invokes,
+    index: RedisIndex,
+    warmth: WarmthStore,
+) -> None:
+    warmth.record_cold_start(COLD_MS)
+    due = T0 + 5_000
+    warmth.ran([3], due - LEAD_MS - COLD_AFTER_MS)  # still warm when its lead comes
+    add(index, 3, 1, due)
+    fanout = Fanout(cold_deps)
+    act_at(fanout, clock, T0, due - LEAD_MS - COLD_LEAD, due - LEAD_MS - 1)
+    assert invokes.calls == []
+    act_at(fanout, clock, due - LEAD_MS)
+    assert [(c["bucket"], c["at_ms"]) for c in invokes.calls] == [(3, due - LEAD_MS)]
+    assert fanout.report.cold_invocations == 0
+
+
+def test_a_bucket_idle_past_COLD_AFTER_MS_counts_cold_again(
+    cold_deps: FanoutDeps,
+    clock: FakeClock,
+    invokes: Invokes,
+    index: RedisIndex,
+    warmth: WarmthStore,
+) -> None:
+    warmth.record_cold_start(COLD_MS)
+    due = T0 + 5_000
+    warmth.ran([3], due - LEAD_MS - COLD_LEAD - COLD_AFTER_MS - 1)
+    add(index, 3, 1, due)
+    fanout = Fanout(cold_deps)
+    act_at(fanout, clock, T0, due - LEAD_MS - COLD_LEAD)
+    assert [c["at_ms"] for c in invokes.calls] == [due - LEAD_MS - COLD_LEAD]
+
+
+def test_until_a_cold_start_is_measured_the_default_estimate_leads(
+    cold_deps: FanoutDeps, clock: FakeClock, invokes: Invokes, index: RedisIndex
+) -> None:
+    due = T0 + 10_000
+    add(index, 3, 1, due)
+    fanout = Fanout(cold_deps)
+    lead = LEAD_MS + COLD_HEADROOM * DEFAULT_COLD_START_MS
+    act_at(fanout, clock, T0, due - lead - 1)
+    assert invokes.calls == []
+    act_at(fanout, clock, due - lead)
+    assert [c["at_ms"] for c in invokes.calls] == [due - lead]
+
+
+def test_only_the_cold_buckets_backlog_counts_the_longer_lead(
+    cold_deps: FanoutDeps,
+    clock: FakeClock,
+    invokes: Invokes,
+    index: RedisIndex,
+    warmth: WarmthStore,
+) -> None:
+    """A warm bucket whose hint is due within LEAD_MS is counted to LEAD_MS only: members due
+    later (within a cold lead) must not ask for parallel runs it does not need yet."""
+    warmth.record_cold_start(COLD_MS)
+    warmth.ran([2], T0 - 1_000)
+    add(index, 2, 1, T0 + LEAD_MS)
+    add(index, 2, PER_TRIGGER, T0 + LEAD_MS + COLD_LEAD)  # beyond the warm lead
+    fanout = Fanout(cold_deps)
+    act_at(fanout, clock, T0)
+    assert [(c["bucket"], c["slot"]) for c in invokes.calls] == [(2, 0)]
+
+
+def test_an_early_cold_run_that_finds_nothing_yet_is_started_again_warm_in_time(
+    cold_deps: FanoutDeps,
+    clock: FakeClock,
+    invokes: Invokes,
+    index: RedisIndex,
+    warmth: WarmthStore,
+) -> None:
+    """The estimate was high: the run came up before its members were leasable, ended and
+    re-hinted. The bucket now counts warm, so the next start is LEAD_MS ahead, not later."""
+    warmth.record_cold_start(COLD_MS)
+    trigger = FakeTrigger(index)
+    invokes.then = trigger  # a run that happens at its invocation: as early as can be
+    due = T0 + 5_000
+    (m,) = add(index, 4, 1, due)
+    fanout = Fanout(cold_deps)
+    act_at(fanout, clock, *range(T0, due, POLL_MS))
+    assert [c["at_ms"] for c in invokes.calls] == [due - LEAD_MS - COLD_LEAD, due - LEAD_MS]
+    assert trigger.taken == [(m, due - LEAD_MS)]
+    assert (fanout.report.invocations, fanout.report.cold_invocations) == (2, 1)
+
+
+def test_a_fanout_run_that_takes_the_lock_over_knows_which_buckets_ran(
+    cold_deps: FanoutDeps,
+    clock: FakeClock,
+    invokes: Invokes,
+    index: RedisIndex,
+    warmth: WarmthStore,
+) -> None:
+    warmth.record_cold_start(COLD_MS)
+    invokes.then = FakeTrigger(index)
+    first = Fanout(cold_deps)
+    add(index, 5, 1, T0 + 100)
+    act_at(first, clock, T0)
+    first.release()
+
+    due = T0 + 10_000
+    add(index, 5, 1, due)
+    second = Fanout(cold_deps)  # the next minute's run, in another sandbox
+    act_at(second, clock, T0 + 1_000, due - LEAD_MS - COLD_LEAD, due - LEAD_MS)
+    assert [c["at_ms"] for c in invokes.calls] == [T0, due - LEAD_MS]
+
+
+def test_without_warmth_every_bucket_gets_the_warm_lead(
+    deps: FanoutDeps, clock: FakeClock, invokes: Invokes, index: RedisIndex
+) -> None:
+    assert deps.warmth is None
+    due = T0 + 5_000
+    add(index, 3, 1, due)
+    fanout = Fanout(deps)
+    act_at(fanout, clock, T0, due - LEAD_MS - 1, due - LEAD_MS)
+    assert [c["at_ms"] for c in invokes.calls] == [due - LEAD_MS]
+
+
+@pytest.mark.parametrize(
+    ("estimate", "expected"),
+    [
+        (None, COLD_HEADROOM * DEFAULT_COLD_START_MS),
+        (0, 0),
+        (-5, 0),
+        (640, COLD_HEADROOM * 640),
+        (MAX_COLD_START_MS, MAX_COLD_START_MS),
+        (10**6, MAX_COLD_START_MS),
+    ],
+)
+def test_cold_lead_ms(estimate: int | None, expected: int) -> None:
+    assert cold_lead_ms(estimate) == expected
+
+
+@pytest.mark.parametrize(
+    ("last", "now", "cold"),
+    [(None, T0, True), (T0, T0, False), (T0 - COLD_AFTER_MS, T0, False),
+     (T0 - COLD_AFTER_MS - 1, T0, True)],
+)  # fmt: skip
+def test_is_cold(last: int | None, now: int, cold: bool) -> None:
+    assert is_cold(last, now) is cold
+
+
+@pytest.mark.parametrize(
+    ("at", "initialized", "started", "sample"),
+    [
+        (None, T0, T0 + 900, None),  # a hand-made invoke: no dispatch instant
+        (T0, T0 + 700, T0 + 900, 900),  # invoked before the sandbox had initialized: cold
+        (T0, T0, T0 + 900, 900),
+        (T0 + 800, T0 + 700, T0 + 900, None),  # a sandbox started ahead (warm-up): not cold
+        (T0 + 5, T0 + 700, T0, 0),  # hosts' clocks apart: never negative
+    ],
+)
+def test_cold_start_sample(
+    at: int | None, initialized: int, started: int, sample: int | None
+) -> None:
+    assert cold_start_sample(at, initialized, started) == sample
+
+
+def test_the_estimate_is_a_decaying_peak_and_redis_folds_it_as_the_core_does(
+    warmth: WarmthStore,
+) -> None:
+    samples = [900, 400, 400, 2_500, 600, 10_000, -3, 700]
+    expected: list[int] = []
+    previous: int | None = None
+    for s in samples:
+        previous = next_cold_estimate(previous, s)
+        expected.append(previous)
+    assert expected[:4] == [900, 775, 681, 2_500]  # down a quarter of the gap; up at once
+    assert max(expected) == MAX_COLD_START_MS and min(expected) >= 0
+    assert [warmth.record_cold_start(s) for s in samples] == expected
+    assert warmth.cold_start_ms() == expected[-1]
+
+
+def test_a_buckets_run_is_written_to_redis_at_most_every_RAN_WRITE_MS(
+    cold_deps: FanoutDeps,
+    clock: FakeClock,
+    invokes: Invokes,
+    index: RedisIndex,
+    warmth: WarmthStore,
+) -> None:
+    invokes.then = FakeTrigger(index)
+    fanout = Fanout(cold_deps)
+    for at in (T0, T0 + RAN_WRITE_MS - POLL_MS, T0 + RAN_WRITE_MS):
+        add(index, 5, 1, at)
+        act_at(fanout, clock, at)
+        assert [c["at_ms"] for c in invokes.calls][-1] == at
+        assert warmth.last_runs() == {5: T0 if at < T0 + RAN_WRITE_MS else at}

@@ -160,3 +160,79 @@ def test_without_retries_a_failed_async_event_is_dropped(
         assert not out.exists()
     finally:
         pool.close()
+
+
+# ---------------------------------------------------------------- idle sandboxes retire
+
+
+class Clock:
+    """The pool's idle clock, moved by hand: idle time passes without waiting for it."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_idle_sandbox_is_retired_and_the_next_invocation_starts_cold(
+    tmp_path: Path, reports: list[str]
+) -> None:
+    clock = Clock()
+    function = spec()
+    env = sandbox_env(function, "us-east-1", {})
+    pool = FunctionPool(function, env, tmp_path, 2, reports.append, idle_s=30, clock=clock)
+    try:
+        first = result(pool.invoke({}))["pid"]
+        clock.now += 29.9  # idle, but not for long enough
+        assert pool.retire_idle() == 0
+        assert result(pool.invoke({}))["pid"] == first  # warm; its idle time starts again
+
+        clock.now += 30
+        assert pool.retire_idle() == 1
+        assert pool.sandboxes() == 0
+        assert result(pool.invoke({}))["pid"] != first  # cold
+        assert reports == []
+    finally:
+        pool.close()
+
+
+def test_a_sandbox_past_its_idle_time_is_not_handed_out_even_before_the_reaper_runs(
+    tmp_path: Path, reports: list[str]
+) -> None:
+    clock = Clock()
+    function = spec()
+    env = sandbox_env(function, "us-east-1", {})
+    pool = FunctionPool(function, env, tmp_path, 2, reports.append, idle_s=30, clock=clock)
+    try:
+        assert pool.warm() is None  # as the stack warms each function at start
+        first = result(pool.invoke({}))["pid"]
+        clock.now += 30
+        assert result(pool.invoke({}))["pid"] != first
+        assert pool.sandboxes() == 1  # the retired one is gone, not leaked
+    finally:
+        pool.close()
+
+
+def test_only_the_sandboxes_idle_long_enough_retire(tmp_path: Path, reports: list[str]) -> None:
+    clock = Clock()
+    function = spec()
+    env = sandbox_env(function, "us-east-1", {})
+    pool = FunctionPool(function, env, tmp_path, 2, reports.append, idle_s=30, clock=clock)
+    try:
+        assert pool.warm() is None
+        clock.now += 20
+        assert pool.warm() is None
+        assert pool.sandboxes() == 2
+        clock.now += 10  # the first has idled 30 s, the second 10 s
+        assert pool.retire_idle() == 1
+        assert pool.sandboxes() == 1
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("idle_s", [0, -1.0])
+def test_the_idle_time_must_be_positive(tmp_path: Path, idle_s: float) -> None:
+    function = spec()
+    with pytest.raises(ValueError, match="idle_s must be a positive"):
+        FunctionPool(function, sandbox_env(function, "us-east-1", {}), tmp_path, 1, print, idle_s)

@@ -36,6 +36,7 @@ from typing import Any
 
 import boto3
 import pytest
+import redis
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
 from functions.trigger import app as trigger_app
@@ -48,6 +49,7 @@ from timers.adapters import tenants
 from timers.adapters.claims import ClaimStore
 from timers.adapters.redis_index import RedisIndex
 from timers.adapters.timers_table import PAYLOAD_SUFFIX, MissingPayload, PayloadItem, TimerItem
+from timers.adapters.warmth import WarmthStore
 from timers.claiming import CLAIM_ATTEMPTS, CLAIM_RETRY_MS
 from timers.core.chain import CHECKPOINT_EVERY, LAPSE_MARGIN_MS, Entry, Member, entry_ref
 from timers.core.times import format_ms, parse_ms
@@ -1236,8 +1238,24 @@ def test_one_tenants_burst_does_not_delay_another_tenants_timer(rig: Rig) -> Non
 # ---------------------------------------------------------------- handler
 
 
+@pytest.fixture
+def warmth(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[WarmthStore]:
+    """The handler's cold-start estimate, on the test's Redis; a sandbox's first invocation,
+    in a sandbox that had initialized long before (so not a cold start) unless a test says."""
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    store = WarmthStore(client)
+    monkeypatch.setattr(trigger_app, "warmth", lambda: store)
+    monkeypatch.setattr(trigger_app, "_first_invocation", True)
+    monkeypatch.setattr(trigger_app, "INITIALIZED_MS", T0 - 60_000)
+    yield store
+    client.close()
+
+
 def test_handler_fires_its_bucket_keeps_its_marker_and_emits_one_metrics_block(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    rig: Rig,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    warmth: WarmthStore,
 ) -> None:
     rig.api.create(schedule=after(1))
     rig.clock.now = T0 + 1_000
@@ -1254,6 +1272,45 @@ def test_handler_fires_its_bucket_keeps_its_marker_and_emits_one_metrics_block(
     assert metrics["InvokeDelayMs"] == [100.0]
     assert rig.index.start_run(0, 0, "next", 5_000)  # the run cleared its marker
     assert len(rig.drain(rig.api.queues["acme"])) == 1
+    assert warmth.cold_start_ms() is None  # the sandbox was up before the invoke: not cold
+
+
+def test_a_cold_trigger_records_its_cold_start_for_the_fanout_once(
+    rig: Rig,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    warmth: WarmthStore,
+) -> None:
+    monkeypatch.setattr(trigger_app, "deps", lambda: rig.deps())
+    monkeypatch.setattr(trigger_app, "INITIALIZED_MS", T0 + 1_700)  # imported after the invoke
+    rig.clock.now = T0 + 2_000
+    event = {"bucket": 0, "at_ms": T0 + 1_100}  # the fan-out invoked it 900 ms ago
+
+    trigger_app.handler(event, LambdaContext(function_name="trigger"))
+    assert warmth.cold_start_ms() == 900
+    (line,) = [r for r in caplog.records if r.getMessage() == "trigger run"]
+    assert line.__dict__["cold_start_ms"] == 900  # an ``extra`` field
+
+    rig.clock.now = T0 + 3_000  # the same sandbox again: warm, whatever the delay
+    trigger_app.handler({**event, "at_ms": T0 + 1_000}, LambdaContext(function_name="trigger"))
+    assert warmth.cold_start_ms() == 900
+
+
+def test_a_cold_start_that_cannot_be_recorded_does_not_fail_the_run(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, warmth: WarmthStore
+) -> None:
+    rig.api.create(schedule=after(1))
+    rig.clock.now = T0 + 1_000
+    monkeypatch.setattr(trigger_app, "deps", lambda: rig.deps())
+    monkeypatch.setattr(trigger_app, "INITIALIZED_MS", T0 + 950)
+
+    def down(sample_ms: int) -> int:
+        raise redis.ConnectionError("failover")
+
+    monkeypatch.setattr(warmth, "record_cold_start", down)
+    event = {"bucket": 0, "at_ms": T0 + 900}
+    summary = trigger_app.handler(event, LambdaContext(function_name="trigger"))
+    assert summary["enqueued"] == 1
 
 
 def test_a_run_with_a_marker_rehints_its_bucket_when_it_ends(rig: Rig) -> None:

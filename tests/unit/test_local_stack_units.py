@@ -387,3 +387,13 @@ def test_the_ready_lines_name_the_api_and_its_console() -> None:
         "Tenant demo API key: tk_demo",
         "Tenant demo callback queue: http://q/demo",
     ]
+
+
+def test_the_sandbox_idle_time_comes_from_the_environment_with_a_clear_error() -> None:
+    from ops.local.stack import LocalConfig, StackError
+
+    assert LocalConfig.from_env({}).idle_s == 300
+    assert LocalConfig.from_env({"LOCAL_LAMBDA_IDLE_S": "20"}).idle_s == 20
+    for bad in ("0", "1.5", "soon", "100000"):
+        with pytest.raises(StackError, match="LOCAL_LAMBDA_IDLE_S="):
+            LocalConfig.from_env({"LOCAL_LAMBDA_IDLE_S": bad})

@@ -12,6 +12,13 @@ START_TTL_MS until the run extends it). A run re-hints its bucket when it ends, 
 its marker, so every member has a hint or a run that will see it; every SWEEP_MS a backstop
 sweep re-hints every bucket from Redis itself (a lost invocation, a killed run).
 
+A bucket whose runs are likely cold - the fan-out started none for COLD_AFTER_MS, so Lambda
+may have retired the sandboxes - is started earlier, by the trigger's measured cold start
+(invoke to handler; each cold trigger folds its own into a decaying peak in Redis). A run that
+comes up more than the trigger's ARM_MS ahead leases nothing and ends, re-hinting its bucket:
+the next poll starts it again, now warm, LEAD_MS ahead. So an estimate too high costs an
+invocation, one too low costs lag; never-early is the trigger's, whenever it starts.
+
 Correctness never rests on the lock or the markers: runs on one bucket lease disjoint members,
 and a run covers everything leasable when it looks. They only avoid idle invocations.
 
@@ -44,6 +51,27 @@ MAX_PARALLEL = 8
 START_TTL_MS = 5_000
 """A started run's marker lives this long until the run extends it to its own deadline: an
 invocation that never starts frees its bucket after this."""
+COLD_AFTER_MS = 60_000
+"""A bucket with no run started for this long counts as cold. Lambda retires idle sandboxes
+after minutes (undocumented; ~5-15 seen): counting warm sandboxes as cold costs one extra
+short invocation, the reverse a cold start's lag, so this errs low."""
+MAX_COLD_START_MS = 6_000
+"""Samples, estimates and the cold lead are clamped to 0..this, so one pathological start does
+not make sparse buckets' runs start ever earlier. On AWS the estimate stays near 1-2 s and this
+never binds; the local stack's sandboxes took 4.9-5.9 s on a 2-core machine at load 6."""
+COLD_HEADROOM = 2
+"""A cold bucket's run is started this many estimates early: cold starts vary about twofold
+(0.47-1.07 s in one local run), and an estimate too high costs an invocation, one too low a
+late fire."""
+DEFAULT_COLD_START_MS = MAX_COLD_START_MS // COLD_HEADROOM
+"""Until a cold trigger has measured one, the longest lead: a cold Python trigger on AWS is
+~400-900 ms with its imports, a local sandbox 0.5-6 s on a 2-core machine."""
+RAN_WRITE_MS = 10_000
+"""The fan-out records a bucket's run in Redis at most this often (its own copy every time): a
+takeover then sees it up to this much older, which only errs towards cold."""
+COLD_DECAY = 0.75
+"""The estimate is a decaying peak: a slower cold start raises it at once, faster ones lower
+it by a quarter of the gap each (an estimate too high is cheap, one too low is lag)."""
 LOCK_KEY = "tq:{fanout}:lock"
 LOCK_TTL_MS = 2_000
 LOCK_RENEW_MS = 500
@@ -68,6 +96,14 @@ class DispatchIndex(Protocol):
     def end_run(self, bucket: int, slot: int, token: str) -> bool: ...
 
 
+class WarmthPort(Protocol):
+    """``timers.adapters.warmth.WarmthStore``: when buckets last ran, the cold-start estimate."""
+
+    def cold_start_ms(self) -> int | None: ...
+    def last_runs(self) -> dict[int, int]: ...
+    def ran(self, buckets: Sequence[int], at_ms: int) -> None: ...
+
+
 class LockPort(Protocol):
     def acquire(self, token: str) -> bool: ...
     def renew(self, token: str) -> bool: ...
@@ -83,6 +119,7 @@ class FanoutDeps:
     clock: Callable[[], int]  # epoch ms
     sleep: Callable[[float], None]  # seconds
     new_token: Callable[[], str] = field(default=lambda: uuid.uuid4().hex[:12])
+    warmth: WarmthPort | None = None  # None: every bucket counts as warm (no cold lead)
 
 
 @dataclass
@@ -91,6 +128,7 @@ class FanoutReport:
     sweeps: int = 0
     skipped: int = 0  # polls while another run held the lock
     invocations: int = 0
+    cold_invocations: int = 0  # of those, runs started early because the bucket was cold
     failed_invocations: int = 0
     busy: int = 0  # runs wanted whose bucket slot was taken (queued or running)
     errors: int = 0  # polls that failed on Redis
@@ -105,6 +143,36 @@ class FanoutReport:
 def runs_wanted(backlog: int) -> int:
     """Concurrent runs a bucket's backlog needs."""
     return min(MAX_PARALLEL, max(1, math.ceil(backlog / PER_TRIGGER)))
+
+
+def cold_lead_ms(estimate: int | None) -> int:
+    """How much earlier than a warm one a cold bucket's run is started: COLD_HEADROOM times the
+    measured estimate (or the default), within bounds."""
+    value = DEFAULT_COLD_START_MS if estimate is None else estimate
+    return min(max(0, COLD_HEADROOM * value), MAX_COLD_START_MS)
+
+
+def is_cold(last_run_ms: int | None, now_ms: int) -> bool:
+    """Whether a bucket's runs are likely cold: none started for COLD_AFTER_MS (or ever)."""
+    return last_run_ms is None or now_ms - last_run_ms > COLD_AFTER_MS
+
+
+def next_cold_estimate(previous: int | None, sample_ms: int) -> int:
+    """Fold one cold start into the estimate: a decaying peak (``timers.adapters.warmth`` runs
+    the same arithmetic in Redis)."""
+    sample = min(max(0, sample_ms), MAX_COLD_START_MS)
+    if previous is None:
+        return sample
+    return max(sample, math.floor(previous * COLD_DECAY + sample * (1 - COLD_DECAY) + 0.5))
+
+
+def cold_start_sample(at_ms: int | None, initialized_ms: int, started_ms: int) -> int | None:
+    """A trigger's cold start (invoke -> handler), for its sandbox's first invocation: only
+    if the fan-out invoked it before the sandbox had initialized (a sandbox started ahead,
+    by the local stack's warm-up or provisioned concurrency, measured nothing cold)."""
+    if at_ms is None or at_ms > initialized_ms:
+        return None
+    return max(0, started_ms - at_ms)
 
 
 def run_deadline(start_ms: int, remaining_ms: int) -> int:
@@ -125,6 +193,9 @@ class Fanout:
         self._held = False
         self._renewed_ms = 0
         self._swept_ms: int | None = None
+        self._ran: dict[int, int] = {}  # bucket -> when a run of it was last started
+        self._ran_written: dict[int, int] = {}  # ... as last written to Redis
+        self._cold_lead_ms = cold_lead_ms(None)
 
     def steps(self, start_ms: int, deadline_ms: int) -> Iterator[int]:
         """Yield each instant to wake at (the driver waits until then), then act at it."""
@@ -141,22 +212,42 @@ class Fanout:
     def act(self) -> None:
         """One poll (and, once a second, the sweep) if this run holds the lock."""
         now = self.deps.clock()
+        was_held = self._held
         if not self._hold(now):
             self.report.skipped += 1
             return
+        warmth = self.deps.warmth
+        if warmth is not None and not was_held:  # another holder may have started runs
+            for bucket, at in warmth.last_runs().items():
+                self._ran[bucket] = max(at, self._ran.get(bucket, at))
         if self._swept_ms is None or now - self._swept_ms >= SWEEP_MS:
             self.deps.index.sweep()
+            if warmth is not None:  # the estimate moves only with cold starts: once a sweep
+                self._cold_lead_ms = cold_lead_ms(warmth.cold_start_ms())
             self.report.sweeps += 1
             self._swept_ms = now
         self.poll(now)
 
+    def lead_ms(self, bucket: int, now: int) -> int:
+        """How long before its earliest due member a bucket's run is started."""
+        if self.deps.warmth is None or not is_cold(self._ran.get(bucket), now):
+            return LEAD_MS
+        return LEAD_MS + self._cold_lead_ms
+
     def poll(self, now: int) -> None:
-        """Start the runs that buckets due within LEAD_MS need, smallest backlog first."""
+        """Start the runs that buckets due within their lead need, smallest backlog first."""
         self.report.polls += 1
-        hints = self.deps.index.hints_until(now + LEAD_MS)
+        longest = LEAD_MS if self.deps.warmth is None else LEAD_MS + self._cold_lead_ms
+        hints = [(b, h) for b, h in self.deps.index.hints_until(now + longest)
+                 if h <= now + self.lead_ms(b, now)]  # fmt: skip
         if not hints:
             return
-        backlog = self.deps.index.backlog([b for b, _ in hints], now + LEAD_MS, now)
+        by_lead: dict[int, list[int]] = {}
+        for bucket, _ in hints:
+            by_lead.setdefault(self.lead_ms(bucket, now), []).append(bucket)
+        backlog: dict[int, int] = {}
+        for lead, buckets in by_lead.items():  # a warm bucket's count stops at LEAD_MS
+            backlog |= self.deps.index.backlog(buckets, now + lead, now)
         starts: list[tuple[int, int]] = []
         for bucket, hint in sorted(hints, key=lambda h: (backlog[h[0]], h[1])):
             if backlog[bucket] == 0:  # the hint was low (members deferred or taken)
@@ -195,6 +286,13 @@ class Fanout:
             sent = list(pool.map(lambda s: self._invoke_one(s[0], s[1], now), starts))
         self.report.invocations += sum(sent)
         self.report.failed_invocations += len(sent) - sum(sent)
+        started = [bucket for (bucket, _), ok in zip(starts, sent, strict=True) if ok]
+        self.report.cold_invocations += sum(self.lead_ms(b, now) > LEAD_MS for b in started)
+        self._ran.update(dict.fromkeys(started, now))
+        stale = sorted({b for b in started if now - self._ran_written.get(b, 0) >= RAN_WRITE_MS})
+        if self.deps.warmth is not None and stale:
+            self.deps.warmth.ran(stale, now)
+            self._ran_written.update(dict.fromkeys(stale, now))
 
     def _invoke_one(self, bucket: int, slot: int, now: int) -> bool:
         event = {"bucket": bucket, "slot": slot, "token": self.token, "at_ms": now}

@@ -111,7 +111,8 @@ def fanout_deps(
 ) -> FanoutDeps:
     """What a fan-out run needs: the handler's Lambda client and wall clock, or a test's
     recorder and injected clock (``overrides``: its own index, token source...)."""
-    from timers.fanout import LOCK_KEY, LOCK_TTL_MS, FanoutDeps  # not on the api's cold start
+    from timers.adapters.warmth import WarmthStore  # not on the api's cold start
+    from timers.fanout import LOCK_KEY, LOCK_TTL_MS, FanoutDeps
 
     deps = FanoutDeps(
         index=RedisIndex(conn, settings.bucket_count),
@@ -120,6 +121,7 @@ def fanout_deps(
         trigger_function=settings.trigger_function_name,
         clock=clock,
         sleep=sleep,
+        warmth=WarmthStore(conn),
     )
     return replace(deps, **overrides)
 
