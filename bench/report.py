@@ -82,6 +82,23 @@ def rows(now: dict[str, Any], before: dict[str, Any]) -> list[tuple[str, str, st
         rates = f"{g['fires_per_s']:,} vs {g['baseline_fires_per_s']:,} ({g['ratio']}x)"
         out.append(("Redis lease -> finish vs one zset + one lock, fires/s (4 workers)", rates,
                     "-"))  # fmt: skip
+        if "ratio_at_rtt" in g:
+            far = g["runs"]["engine_4w_rtt"]["fires_per_s"], g["runs"]["baseline_4w_rtt"]
+            out.append(
+                (
+                    f"... the same at {g['rtt_ms']} ms round trips (ElastiCache in-AZ)",
+                    f"{far[0]:,} vs {far[1]['fires_per_s']:,} ({g['ratio_at_rtt']}x)",
+                    "-",
+                )
+            )
+        for shape, p in g.get("per_fire", {}).items():
+            out.append(
+                (
+                    f"Redis per fire, {shape}: commands / us of redis-server CPU",
+                    f"{p['redis_commands_per_fire']} / {p['redis_cpu_us_per_fire']} us",
+                    "17.7 / 44 us (issue 18)" if shape == "recurring" else "-",
+                )
+            )
         if h := g.get("hot_second"):
             out.append((f"hot second: {h['timers']:,} one-shots of one tenant due together, "
                         "real trigger on moto", f"drained in {h['drain_seconds']} s of work, "
