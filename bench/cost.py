@@ -164,10 +164,11 @@ def fire_dollars(per: dict[str, float], mem: dict[str, float]) -> dict[str, floa
     """US$ per million fires, by line item."""
     a = ASSUMPTIONS
     runs, api = per.get("lambda.trigger", 0), per.get("lambda.api", 0)
-    delivery = per.get("lambda.delivery", 0)
+    delivery, empty = per.get("lambda.delivery", 0), per.get("lambda.trigger.empty", 0)
     trigger_s = (
-        runs * (a["trigger_wait_ms"] + a["trigger_base_ms"]) + a["trigger_per_fire_ms"]
-    ) / 1000
+        runs * a["trigger_base_ms"] + (runs - empty) * a["trigger_wait_ms"]
+        + a["trigger_per_fire_ms"]
+    ) / 1000  # fmt: skip
     api_s = (api * a["api_ms"] + per.get("creates", 0) * a["api_per_timer_ms"]) / 1000
     delivery_s = delivery * (a["delivery_base_ms"] + a["delivery_post_wait_ms"]) / 1000
     gb_s = trigger_s * mem["trigger"] + api_s * mem["api"] + delivery_s * mem["delivery"]

@@ -385,7 +385,9 @@ class Stack:
             group, self.invoked = self.invoked, []
             cold = self.sandboxes["trigger"].start(self.clock(), len(group))
             for i, event in enumerate(group):
-                self._handle(trigger_app, event, self._lambda("trigger", 30, int(i < cold)))
+                done = self._handle(trigger_app, event, self._lambda("trigger", 30, int(i < cold)))
+                if not done.get("leased"):  # started early (a cold lead): no armed wait
+                    self.meter.add("lambda.trigger.empty")
                 self.runs += 1
             self._deliver()
 
