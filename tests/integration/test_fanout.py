@@ -675,17 +675,23 @@ def cold_deps(deps: FanoutDeps, warmth: WarmthStore) -> FanoutDeps:
     return replace(deps, warmth=warmth)
 
 
+@pytest.fixture
+def measured_deps(cold_deps: FanoutDeps, warmth: WarmthStore) -> FanoutDeps:
+    """The fan-out's deps once a cold trigger has measured its cold start (COLD_MS)."""
+    warmth.record_cold_start(COLD_MS)
+    return cold_deps
+
+
 def test_a_cold_bucket_is_invoked_earlier_by_the_measured_cold_start(
-    cold_deps: FanoutDeps,
+    measured_deps: FanoutDeps,
     clock: FakeClock,
     invokes: Invokes,
     index: RedisIndex,
     warmth: WarmthStore,
 ) -> None:
-    warmth.record_cold_start(COLD_MS)
     due = T0 + 5_000
     add(index, 3, 1, due)  # bucket 3 never ran: its sandboxes are likely cold
-    fanout = Fanout(cold_deps)
+    fanout = Fanout(measured_deps)
     act_at(fanout, clock, T0, due - LEAD_MS - COLD_LEAD - 1)
     assert invokes.calls == []
 
@@ -696,17 +702,16 @@ def test_a_cold_bucket_is_invoked_earlier_by_the_measured_cold_start(
 
 
 def test_a_bucket_that_ran_recently_keeps_the_warm_lead(
-    cold_deps: FanoutDeps,
+    measured_deps: FanoutDeps,
     clock: FakeClock,
     invokes: Invokes,
     index: RedisIndex,
     warmth: WarmthStore,
 ) -> None:
-    warmth.record_cold_start(COLD_MS)
     due = T0 + 5_000
     warmth.ran([3], due - LEAD_MS - COLD_AFTER_MS)  # still warm when its lead comes
     add(index, 3, 1, due)
-    fanout = Fanout(cold_deps)
+    fanout = Fanout(measured_deps)
     act_at(fanout, clock, T0, due - LEAD_MS - COLD_LEAD, due - LEAD_MS - 1)
     assert invokes.calls == []
     act_at(fanout, clock, due - LEAD_MS)
@@ -715,17 +720,16 @@ def test_a_bucket_that_ran_recently_keeps_the_warm_lead(
 
 
 def test_a_bucket_idle_past_COLD_AFTER_MS_counts_cold_again(
-    cold_deps: FanoutDeps,
+    measured_deps: FanoutDeps,
     clock: FakeClock,
     invokes: Invokes,
     index: RedisIndex,
     warmth: WarmthStore,
 ) -> None:
-    warmth.record_cold_start(COLD_MS)
     due = T0 + 5_000
     warmth.ran([3], due - LEAD_MS - COLD_LEAD - COLD_AFTER_MS - 1)
     add(index, 3, 1, due)
-    fanout = Fanout(cold_deps)
+    fanout = Fanout(measured_deps)
     act_at(fanout, clock, T0, due - LEAD_MS - COLD_LEAD)
     assert [c["at_ms"] for c in invokes.calls] == [due - LEAD_MS - COLD_LEAD]
 
@@ -744,7 +748,7 @@ def test_until_a_cold_start_is_measured_the_default_estimate_leads(
 
 
 def test_only_the_cold_buckets_backlog_counts_the_longer_lead(
-    cold_deps: FanoutDeps,
+    measured_deps: FanoutDeps,
     clock: FakeClock,
     invokes: Invokes,
     index: RedisIndex,
@@ -752,30 +756,27 @@ def test_only_the_cold_buckets_backlog_counts_the_longer_lead(
 ) -> None:
     """A warm bucket whose hint is due within LEAD_MS is counted to LEAD_MS only: members due
     later (within a cold lead) must not ask for parallel runs it does not need yet."""
-    warmth.record_cold_start(COLD_MS)
     warmth.ran([2], T0 - 1_000)
     add(index, 2, 1, T0 + LEAD_MS)
     add(index, 2, PER_TRIGGER, T0 + LEAD_MS + COLD_LEAD)  # beyond the warm lead
-    fanout = Fanout(cold_deps)
+    fanout = Fanout(measured_deps)
     act_at(fanout, clock, T0)
     assert [(c["bucket"], c["slot"]) for c in invokes.calls] == [(2, 0)]
 
 
 def test_an_early_cold_run_that_finds_nothing_yet_is_started_again_warm_in_time(
-    cold_deps: FanoutDeps,
+    measured_deps: FanoutDeps,
     clock: FakeClock,
     invokes: Invokes,
     index: RedisIndex,
-    warmth: WarmthStore,
 ) -> None:
     """The estimate was high: the run came up before its members were leasable, ended and
     re-hinted. The bucket now counts warm, so the next start is LEAD_MS ahead, not later."""
-    warmth.record_cold_start(COLD_MS)
     trigger = FakeTrigger(index)
     invokes.then = trigger  # a run that happens at its invocation: as early as can be
     due = T0 + 5_000
     (m,) = add(index, 4, 1, due)
-    fanout = Fanout(cold_deps)
+    fanout = Fanout(measured_deps)
     act_at(fanout, clock, *range(T0, due, POLL_MS))
     assert [c["at_ms"] for c in invokes.calls] == [due - LEAD_MS - COLD_LEAD, due - LEAD_MS]
     assert trigger.taken == [(m, due - LEAD_MS)]
@@ -783,22 +784,20 @@ def test_an_early_cold_run_that_finds_nothing_yet_is_started_again_warm_in_time(
 
 
 def test_a_fanout_run_that_takes_the_lock_over_knows_which_buckets_ran(
-    cold_deps: FanoutDeps,
+    measured_deps: FanoutDeps,
     clock: FakeClock,
     invokes: Invokes,
     index: RedisIndex,
-    warmth: WarmthStore,
 ) -> None:
-    warmth.record_cold_start(COLD_MS)
     invokes.then = FakeTrigger(index)
-    first = Fanout(cold_deps)
+    first = Fanout(measured_deps)
     add(index, 5, 1, T0 + 100)
     act_at(first, clock, T0)
     first.release()
 
     due = T0 + 10_000
     add(index, 5, 1, due)
-    second = Fanout(cold_deps)  # the next minute's run, in another sandbox
+    second = Fanout(measured_deps)  # the next minute's run, in another sandbox
     act_at(second, clock, T0 + 1_000, due - LEAD_MS - COLD_LEAD, due - LEAD_MS)
     assert [c["at_ms"] for c in invokes.calls] == [T0, due - LEAD_MS]
 

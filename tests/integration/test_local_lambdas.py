@@ -175,43 +175,44 @@ class Clock:
         return self.now
 
 
-def test_an_idle_sandbox_is_retired_and_the_next_invocation_starts_cold(
-    tmp_path: Path, reports: list[str]
-) -> None:
+@pytest.fixture
+def idle_pool(tmp_path: Path, reports: list[str]) -> Iterator[tuple[FunctionPool, Clock]]:
+    """A pool whose sandboxes retire after 30 s idle, on a clock the test moves."""
     clock = Clock()
     function = spec()
     env = sandbox_env(function, "us-east-1", {})
     pool = FunctionPool(function, env, tmp_path, 2, reports.append, idle_s=30, clock=clock)
     try:
-        first = result(pool.invoke({}))["pid"]
-        clock.now += 29.9  # idle, but not for long enough
-        assert pool.retire_idle() == 0
-        assert result(pool.invoke({}))["pid"] == first  # warm; its idle time starts again
-
-        clock.now += 30
-        assert pool.retire_idle() == 1
-        assert pool.sandboxes() == 0
-        assert result(pool.invoke({}))["pid"] != first  # cold
-        assert reports == []
+        yield pool, clock
     finally:
         pool.close()
+
+
+def test_an_idle_sandbox_is_retired_and_the_next_invocation_starts_cold(
+    idle_pool: tuple[FunctionPool, Clock], reports: list[str]
+) -> None:
+    pool, clock = idle_pool
+    first = result(pool.invoke({}))["pid"]
+    clock.now += 29.9  # idle, but not for long enough
+    assert pool.retire_idle() == 0
+    assert result(pool.invoke({}))["pid"] == first  # warm; its idle time starts again
+
+    clock.now += 30
+    assert pool.retire_idle() == 1
+    assert pool.sandboxes() == 0
+    assert result(pool.invoke({}))["pid"] != first  # cold
+    assert reports == []
 
 
 def test_a_sandbox_past_its_idle_time_is_not_handed_out_even_before_the_reaper_runs(
-    tmp_path: Path, reports: list[str]
+    idle_pool: tuple[FunctionPool, Clock],
 ) -> None:
-    clock = Clock()
-    function = spec()
-    env = sandbox_env(function, "us-east-1", {})
-    pool = FunctionPool(function, env, tmp_path, 2, reports.append, idle_s=30, clock=clock)
-    try:
-        assert pool.warm() is None  # as the stack warms each function at start
-        first = result(pool.invoke({}))["pid"]
-        clock.now += 30
-        assert result(pool.invoke({}))["pid"] != first
-        assert pool.sandboxes() == 1  # the retired one is gone, not leaked
-    finally:
-        pool.close()
+    pool, clock = idle_pool
+    assert pool.warm() is None  # as the stack warms each function at start
+    first = result(pool.invoke({}))["pid"]
+    clock.now += 30
+    assert result(pool.invoke({}))["pid"] != first
+    assert pool.sandboxes() == 1  # the retired one is gone, not leaked
 
 
 def test_only_the_sandboxes_idle_long_enough_retire(tmp_path: Path, reports: list[str]) -> None:
