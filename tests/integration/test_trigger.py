@@ -768,6 +768,30 @@ def test_an_owed_fire_past_a_lowered_max_fires_still_counts_and_stays_findable(
     assert {f["fire_id"] for f in rig.fires(timer["id"])} == set(sent)
 
 
+@pytest.mark.parametrize("how", ["pause", "delete"])
+def test_a_stale_card_outliving_its_fence_never_fires_a_changed_timer(rig: Rig, how: str) -> None:
+    """A change whose Redis update failed leaves the old member and card in Redis; the fence
+    on the position stops them - until it expires with its claim item. After an outage longer
+    than the retention the stale card must not be believed (found by a random stateful soak:
+    a deleted timer fired half a year later)."""
+    timer = rig.api.create(schedule={"type": "every", "seconds": 7}, misfire="skip")
+    service = rig.api.runtime.service
+    service.index = None  # the change's Redis update fails (the api logs it and goes on)
+    reply = (rig.api.call("POST", f"/v1/timers/{timer['id']}/pause") if how == "pause"
+             else rig.api.call("DELETE", f"/v1/timers/{timer['id']}"))  # fmt: skip
+    assert reply.status in (200, 204), reply.body
+    service.index = rig.index
+    assert rig.members()  # the old member and its card are still there
+    rig.clock.advance((SETTINGS.fire_retention_days + 2) * DAY_MS)  # nothing ran meanwhile
+    dynamodb = boto3.client("dynamodb")
+    for item in dynamodb.scan(TableName=SETTINGS.claims_table)["Items"]:  # TTL ran: fences gone
+        if int(item.get("expires_at", {"N": "0"})["N"]) <= rig.clock() // 1000:
+            dynamodb.delete_item(TableName=SETTINGS.claims_table, Key={"k": item["k"]})
+    rig.run_until_idle()
+    assert rig.sqs.sent == []
+    assert rig.members() == set()
+
+
 def test_a_takeover_sends_what_the_claim_decided_not_what_it_would_decide_now(rig: Rig) -> None:
     """A dead run claimed 10:00:01 on time; when its claim is taken over a minute and a half
     later, the timer is far behind and fire_once would now fire the latest occurrence instead

@@ -481,11 +481,17 @@ class Run:
         """Pair each member with its timer (Redis' card, else one consistent read): a member of
         the timer's current revision, the timer active, is *fresh* and decided now; any other
         only takes over, waits for or acknowledges a claim (R2). A member whose timer is gone
-        is dropped."""
+        is dropped. A member overdue by more than half the retention is checked against
+        DynamoDB, not its card: a change whose Redis update failed left its card and member
+        behind, and the fence that stops them expires with its claim item (retention)."""
+        trusted_since = self.sync.now() - self.deps.retention_ms // 2
+        distrusted = {m.timer_id for m in leased.members if m.due < trusted_since}
         timers = {
             m.timer_id: from_card(m.tenant, m.timer_id, card)
             for m in leased.members
-            if (card := leased.cards.get(m.timer_id)) and int(card.split("|", 1)[0]) >= m.rev
+            if (card := leased.cards.get(m.timer_id))
+            and int(card.split("|", 1)[0]) >= m.rev
+            and m.timer_id not in distrusted
         }
         missing = [m for m in leased.members if m.timer_id not in timers]
         if missing:
