@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, progress, quick, write_results
+from bench.common import last_results, progress, quick, write_results
 from bench.e2e import at, demo_tenant, lag_stats, local_stack, now_ms, runs_between, summary
 from bench.e2e import trigger_runs as runs_so_far
 from tests.support.local_stack import RunningStack, descendants
@@ -87,7 +87,7 @@ def main() -> int:
         "sent_lag_ms": lag_stats(lags),
         "rerun": "python -m bench.cold" + (" (QUICK=1)" if quick() else ""),
     }
-    e2e = json.loads(RESULTS.read_text()).get("e2e", {}) if RESULTS.exists() else {}
+    e2e = last_results("e2e")
     path = write_results("e2e", {**e2e, "cold": out})
     print(json.dumps({k: v for k, v in out.items() if k != "rounds"}, indent=1))
     print(f"written to {path} (e2e.cold); rerun: {out['rerun']}")

@@ -76,6 +76,16 @@ def machine() -> dict[str, Any]:
     }
 
 
+def last_results(section: str) -> dict[str, Any]:
+    """A section of the results file as it stands (empty if none): for a benchmark that writes
+    one part of a section another benchmark also writes (e2e and e2e.cold, engine and
+    engine.hot_second)."""
+    try:
+        return dict(json.loads(RESULTS.read_text()).get(section, {}))
+    except (OSError, ValueError):
+        return {}
+
+
 def write_results(section: str, data: dict[str, Any]) -> Path:
     """Merge one top-level section (and ``machine``) into the results file.
 

@@ -40,7 +40,7 @@ from typing import Any
 
 import boto3
 
-from bench.common import RESULTS, progress, quick, write_results
+from bench.common import last_results, progress, quick, write_results
 from tests.support.local_stack import RunningStack, admin, descendants, start_stack
 from timers.core.times import format_ms, parse_ms
 
@@ -373,7 +373,7 @@ def main() -> int:
         print(json.dumps(hot_second(), indent=1))  # printed, not written to the results
         return 0
     only_bursts = sys.argv[1:] == ["bursts"]  # python -m bench.e2e bursts: the bursts alone
-    last = json.loads(RESULTS.read_text()).get("e2e", {}) if RESULTS.exists() else {}
+    last = last_results("e2e")
     out: dict[str, Any] = {"quick": short, **({"cold": last["cold"]} if "cold" in last else {})}
     if only_bursts:  # keep the other scenarios' last results
         out = {**last, "quick": short}

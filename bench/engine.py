@@ -27,7 +27,7 @@ from typing import Any
 
 import redis
 
-from bench.common import progress, quick, write_results
+from bench.common import last_results, progress, quick, write_results
 from ops.redis_server import RedisServer
 from timers.adapters.redis_index import RedisIndex
 from timers.config import Settings
@@ -233,6 +233,8 @@ def main() -> int:
         "quick": short,
         "rerun": "make bench" + (" QUICK=1" if short else "") + "  (or python -m bench.engine)",
     }
+    if "hot_second" in (last := last_results("engine")):  # bench.hot_second's, kept
+        section["hot_second"] = last["hot_second"]
     path = write_results("engine", section)
     print(f"engine: {engine['fires_per_s']:,} fires/s, naive {baseline['fires_per_s']:,} fires/s "
           f"({section['ratio']}x on loopback, {section['ratio_at_rtt']}x at {RTT_MS} ms round "

@@ -24,7 +24,7 @@ import boto3
 import redis
 from moto import mock_aws
 
-from bench.common import RESULTS, progress, quick, write_results
+from bench.common import last_results, progress, quick, write_results
 from ops import template
 from ops.offline import use_fake_aws
 from ops.redis_server import RedisServer
@@ -130,7 +130,7 @@ def main() -> int:
     finally:
         server.stop()
     result["rerun"] = "python -m bench.hot_second" + (" (QUICK=1)" if quick() else "")
-    engine = json.loads(RESULTS.read_text()).get("engine", {}) if RESULTS.exists() else {}
+    engine = last_results("engine")
     write_results("engine", {**engine, "hot_second": result})
     print(f"hot second: {result}")
     return 0 if result["drained"] and not result["duplicated"] else 1
