@@ -13,6 +13,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import boto3
@@ -47,11 +48,10 @@ class World:
         self.migrator = migrator_deps(
             SETTINGS, self.redis, service.timers, service.claims, service.wakeups
         )
-        self.fanout = Fanout(
-            fanout_deps(
-                SETTINGS, self.redis, self._invoke, self.clock, self._sleep, index=self.index
-            )
-        )
+        # Warm sandboxes: the cold lead is test_fanout's, and Redis is shared between tests -
+        # another test's warmth keys would make a bucket warm or cold by test order.
+        deps = fanout_deps(SETTINGS, self.redis, self._invoke, self.clock, self._sleep)
+        self.fanout = Fanout(replace(deps, index=self.index, warmth=None))
         self.trigger = TriggerDeps(
             index=self.index,
             claims=service.claims,
