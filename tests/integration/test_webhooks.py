@@ -456,7 +456,7 @@ def test_a_tenants_cap_holds_across_its_origins_and_each_tenant_has_its_own(
     other = [slots.acquire("globex", origin, now) for origin in evil[8:]]  # 9 of them
     assert all(other)
     for keys in other:
-        slots.release(keys or ())
+        slots.release(keys)
 
     # Through the delivery function: acme's fire waits, globex's to the same origin is POSTed.
     ids, messages = fire_all(d, [("acme", server.on("/a")), ("globex", server.on("/b"))])
@@ -464,7 +464,7 @@ def test_a_tenants_cap_holds_across_its_origins_and_each_tenant_has_its_own(
     assert (len(server.at("/a")), len(server.at("/b")), d.delays) == (0, 1, [1])
     assert d.history(ids[0])[0]["attempts"] == 0
     assert d.history(ids[1], "globex")[0]["delivered_at"] is not None
-    slots.release(held[0] or ())
+    slots.release(held[0])
     assert d.handle(d.receive()) == []  # a slot of acme's is free again
     assert len(server.at("/a")) == 1
 
@@ -476,8 +476,65 @@ def test_the_cap_per_tenant_and_origin(delivery: Delivery) -> None:
     assert all(taken[:8]) and taken[8] is None
     assert slots.acquire("acme", "https://other.example", now) is not None
     assert slots.acquire("globex", origin, now) is not None
-    slots.release(taken[0] or ())
+    slots.release(taken[0])
     assert slots.acquire("acme", origin, now) is not None
+
+
+def inflight(slots: TargetSlots, key: str) -> int:
+    got = slots.client.get_item(TableName=SETTINGS.claims_table, Key={"k": {"S": key}})
+    return int(got.get("Item", {}).get("inflight", {}).get("N", "0"))
+
+
+def test_slots_taken_together_get_what_is_left_of_each_cap(delivery: Delivery) -> None:
+    """Wanting 5 where the origin's cap has 3 left takes 3; where the tenant's cap has less
+    left than the origin's, the origin's extra is given back; a release gives all back."""
+    slots, now = delivery.slots, delivery.rig.clock()
+    a, b, c = (f"https://{name}.example" for name in "abc")
+    first = slots.acquire("acme", a, now, want=5)
+    assert first is not None and first.count == 5
+    second = slots.acquire("acme", a, now, want=5)  # the origin's cap: 8
+    assert second is not None and second.count == 3
+    assert slots.acquire("acme", a, now, want=5) is None
+    third = slots.acquire("acme", b, now, want=6)
+    assert third is not None and third.count == 6
+    fourth = slots.acquire("acme", c, now, want=5)  # the tenant's cap (16) has 2 left
+    assert fourth is not None and fourth.count == 2
+    counters = [
+        *TargetSlots.keys("acme", a, now),
+        *(TargetSlots.keys("acme", o, now)[0] for o in (b, c)),
+    ]
+    assert [inflight(slots, key) for key in counters] == [8, 16, 6, 2]
+    for held in (first, second, third, fourth):
+        slots.release(held)
+    assert [inflight(slots, key) for key in counters] == [0, 0, 0, 0]
+
+
+def test_a_batch_shares_the_free_slots_of_an_origin_and_defers_the_rest(
+    delivery: Delivery,
+) -> None:
+    """Another sandbox holds 5 of acme's 8 slots for an origin: a batch of 10 to it takes the
+    3 left in one write, POSTs at most 3 at once, each slot serving two messages in turn; the
+    other 4 are deferred. The slots are given back when its last POST is done."""
+    d, server = delivery, delivery.server
+    hold = threading.Event()
+    url = server.on("/busy", 200, hold=hold)
+    ids, messages = fire_all(d, [("acme", url)] * 10)
+    now = d.rig.clock()
+    elsewhere = d.slots.acquire("acme", Webhook(url).origin, now, want=5)
+    assert elsewhere is not None and elsewhere.count == 5
+    pair, whole = TargetSlots.keys("acme", Webhook(url).origin, now)
+    with ThreadPoolExecutor(1) as sandbox:
+        batch = sandbox.submit(d.handle, [as_received(m) for m in messages])
+        assert server.wait_for("/busy", 3)
+        # A 4th POST waits for one of these 3 to finish: none can while they are held.
+        assert len(server.at("/busy")) == 3 and inflight(d.slots, pair) == 8
+        hold.set()
+        assert batch.result() == []
+    assert len(server.at("/busy")) == 6 and len(d.delays) == 4
+    assert (inflight(d.slots, pair), inflight(d.slots, whole)) == (5, 5)
+    delivered = [f for i in ids for f in d.history(i) if f["delivered_at"] is not None]
+    assert len(delivered) == 6
+    d.slots.release(elsewhere)
 
 
 def test_deferrals_do_not_walk_a_message_toward_the_dead_letter_queue(
@@ -501,7 +558,7 @@ def test_deferrals_do_not_walk_a_message_toward_the_dead_letter_queue(
     assert (fire["status"], fire["attempts"]) == ("enqueued", 0)
     assert server.received == []
     for keys in held:
-        d.slots.release(keys or ())
+        d.slots.release(keys)
     assert d.handle(d.receive()) == []
     (fire,) = d.history(timer_id)
     assert (fire["attempts"], fire["last_status"]) == (1, 200)

@@ -5,10 +5,11 @@ body is the callback exactly as it is POSTed, its attributes say where to (``tar
 it is (``tenant``, for the signing secrets) and which claim entry it belongs to (``claim``).
 
 Per message: read the fire's delivery record (a settled one means this is a duplicate: drop
-it); take a slot of the tenant's caps (per origin, and across its origins); none free: the
-message is sent again with a delay (growing with each deferral) and this copy deleted - no
-attempt counted, and a fresh message, so waiting for a slot never adds to the receive count
-that moves a message to the DLQ; sign and POST; count the attempt in the record; then
+it); take a slot of the tenant's caps (per origin, and across its origins; a batch's messages
+to one origin take theirs together, :func:`deliver_batch`); none free: the message is sent
+again with a delay (growing with each deferral) and this copy deleted - no attempt counted,
+and a fresh message, so waiting for a slot never adds to the receive count that moves a
+message to the DLQ; sign and POST; count the attempt in the record; then
 
 - 2xx: delivered - the message is deleted;
 - 408, 429, 5xx, timeout, connection error: retried - the message's visibility timeout is set
@@ -33,11 +34,14 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Protocol
 
+from timers.adapters.target_slots import Held
 from timers.core.chain import EntryRef
 from timers.core.failures import FailedFire, redelivered_at
 from timers.core.timer import fire_due_ms, fire_timer_id
@@ -66,6 +70,9 @@ DEAD_LETTERED = "dead_lettered"
 """The reason of a fire whose message SQS moved off the delivery queue (maxReceiveCount)."""
 
 BATCH_WORKERS = 10  # one per message of a full SQS batch
+ROUNDS = 2
+"""A batch's slot POSTs at most this many of its messages in turn (the rest are deferred):
+with each attempt bounded by its timeout (10 s), a batch ends well within the function's."""
 
 
 class DeliveryRecords(Protocol):
@@ -80,8 +87,8 @@ class FailedFires(Protocol):
 
 
 class Slots(Protocol):
-    def acquire(self, tenant: str, origin: str, now_ms: int) -> tuple[str, ...] | None: ...
-    def release(self, keys: tuple[str, ...]) -> None: ...  # never raises: a window ends a slot
+    def acquire(self, tenant: str, origin: str, now_ms: int, want: int = 1) -> Held | None: ...
+    def release(self, held: Held | None) -> None: ...  # never raises: a window ends a slot
 
 
 @dataclass(frozen=True)
@@ -149,7 +156,21 @@ def deferrals(message: Message) -> int:
     return int(count) if count.isdigit() else 0
 
 
-def deliver(message: Message, deps: DeliveryDeps) -> Outcome:
+@dataclass(frozen=True)
+class Ready:
+    """A message that passed its checks: its fire is not settled and it needs a slot."""
+
+    message: Message
+    ref: EntryRef
+    target: Webhook
+    tenant: str
+    fire: str
+    before: DeliveryState | None
+    state: DeliveryState
+
+
+def check(message: Message, deps: DeliveryDeps) -> Outcome | Ready:
+    """The message's verdict when it needs no POST (invalid, a duplicate), else Ready."""
     attrs = message.attributes
     ref = parse_claim(attrs.get("claim", ""))
     try:
@@ -170,25 +191,29 @@ def deliver(message: Message, deps: DeliveryDeps) -> Outcome:
         if current.failed is not None:
             _record_failure(message, current, deps)
         return Outcome("duplicate")
-    state = current or DeliveryState()
-    now = deps.clock()
-    slot = deps.slots.acquire(tenant, target.origin, now) if deps.slots is not None else None
-    if deps.slots is not None and slot is None:
-        if not gives_up(state.first_ms or fire_due_ms(fire) or now, now, deps.retry_for_ms):
-            delay = defer_wait_s(deferrals(message), deps.jitter())
-            deps.requeue(message, delay)  # then this copy is deleted: a fresh receive count
-            return Outcome("deferred", reason=f"back in {delay} s")
-        reason = f"gave up after {state.attempts} attempts: concurrency_cap"
-        failed = _failed(state, reason, message, now)
-        if deps.records.write_delivery(ref, failed, before):
-            _record_failure(message, failed, deps)
-        deps.dead_letter(message, reason)
-        return Outcome("failed", reason=reason)
-    try:
-        attempt = _attempt(message, target, tenant, fire, deps)
-    finally:
-        if slot is not None and deps.slots is not None:
-            deps.slots.release(slot)
+    return Ready(message, ref, target, tenant, fire, before, current or DeliveryState())
+
+
+def no_slot(ready: Ready, deps: DeliveryDeps) -> Outcome:
+    """The caps are reached: sent again with a growing delay, or failed once it has waited
+    as long as a fire is retried."""
+    state, now = ready.state, deps.clock()
+    if not gives_up(state.first_ms or fire_due_ms(ready.fire) or now, now, deps.retry_for_ms):
+        delay = defer_wait_s(deferrals(ready.message), deps.jitter())
+        deps.requeue(ready.message, delay)  # then this copy is deleted: a fresh receive count
+        return Outcome("deferred", reason=f"back in {delay} s")
+    reason = f"gave up after {state.attempts} attempts: concurrency_cap"
+    failed = _failed(state, reason, ready.message, now)
+    if deps.records.write_delivery(ready.ref, failed, ready.before):
+        _record_failure(ready.message, failed, deps)
+    deps.dead_letter(ready.message, reason)
+    return Outcome("failed", reason=reason)
+
+
+def post(ready: Ready, deps: DeliveryDeps) -> Outcome:
+    """POST it (under a slot the caller holds), count the attempt, decide what comes next."""
+    message, ref, state = ready.message, ready.ref, ready.state
+    attempt = _attempt(message, ready.target, ready.tenant, ready.fire, deps)
     now = deps.clock()
     after = state.after(attempt, now)
     result = verdict(attempt)
@@ -205,11 +230,11 @@ def deliver(message: Message, deps: DeliveryDeps) -> Outcome:
             reason = f"gave up after {after.attempts} attempts: {attempt.label}"
         after = _failed(after, reason, message, now)
         outcome = Outcome("failed", reason=reason)
-    if not deps.records.write_delivery(ref, after, before):
+    if not deps.records.write_delivery(ref, after, ready.before):
         # Another copy of this message counted an attempt meanwhile: its record stands, and
         # this outcome still holds for this copy (SQS's at-least-once; the consumer dedupes
         # on webhook-id).
-        log.warning("delivery record changed meanwhile", extra={"fire_id": fire})
+        log.warning("delivery record changed meanwhile", extra={"fire_id": ready.fire})
     elif outcome.verdict == "failed":
         # After the delivery record, which names it (its failed-at time): a crash between
         # the two leaves the message on the queue, and its next copy writes this (above).
@@ -271,22 +296,80 @@ def _attempt(
     return deps.post(target.url, body, headers)
 
 
+class _Share:
+    """The slots one batch took for its messages to one (tenant, origin): at most ``count``
+    of them POST at once, and the slots are given back when the last is done."""
+
+    def __init__(self, held: Held, messages: int, slots: Slots) -> None:
+        self.held, self.slots = held, slots
+        self.gate = threading.BoundedSemaphore(held.count)
+        self.left, self.lock = messages, threading.Lock()
+
+    def post(self, ready: Ready, deps: DeliveryDeps) -> Outcome:
+        try:
+            with self.gate:
+                return post(ready, deps)
+        finally:
+            with self.lock:
+                self.left -= 1
+                last = self.left == 0
+            if last:
+                self.slots.release(self.held)
+
+
 def deliver_batch(messages: Sequence[Message], deps: DeliveryDeps) -> BatchReport:
-    """Every message of a batch at once: one slow target holds up only its own messages."""
+    """Every message of a batch at once: one slow target holds up only its own messages.
+
+    The messages to one origin take their slots together (one write per cap, and one to give
+    them back): as many as are free, each slot serving at most ROUNDS of them in turn; the
+    rest are deferred, as when no slot is free."""
     report = BatchReport()
     if not messages:
         return report
 
-    def one(message: Message) -> tuple[str, Outcome]:
+    def guarded(message: Message, step: Callable[[], Outcome | Ready]) -> Outcome | Ready:
         try:
-            return message.message_id, deliver(message, deps)
+            return step()
         except Exception:  # left on the queue: it comes back after its visibility timeout
             log.exception("delivery failed", extra={"message_id": message.message_id})
-            return message.message_id, Outcome("error")
+            return Outcome("error")
 
     with ThreadPoolExecutor(min(BATCH_WORKERS, len(messages))) as pool:
-        report.outcomes = dict(pool.map(one, messages))
+        checked = list(pool.map(lambda m: guarded(m, lambda: check(m, deps)), messages))
+        groups: dict[tuple[str, str], list[Ready]] = {}
+        for result in checked:
+            if isinstance(result, Ready):
+                groups.setdefault((result.tenant, result.target.origin), []).append(result)
+        pending: dict[str, Future[Outcome | Ready]] = {}
+        for (tenant, origin), group in groups.items():
+            try:
+                runs = _assign(tenant, origin, group, deps)
+            except Exception:  # the slots' table: left on the queue, as any error
+                log.exception("slots unavailable", extra={"tenant": tenant})
+                runs = [(ready, partial(Outcome, "error")) for ready in group]
+            for ready, run in runs:
+                message = ready.message
+                pending[message.message_id] = pool.submit(guarded, message, run)
+        outcomes = {m.message_id: r for m, r in zip(messages, checked, strict=True)}
+        outcomes.update({message_id: future.result() for message_id, future in pending.items()})
+    report.outcomes = {k: v for k, v in outcomes.items() if isinstance(v, Outcome)}
     return report
+
+
+def _assign(
+    tenant: str, origin: str, group: list[Ready], deps: DeliveryDeps
+) -> list[tuple[Ready, Callable[[], Outcome]]]:
+    """What each message of one (tenant, origin) does: POST under the group's slots, or wait
+    for a slot another time."""
+    if deps.slots is None:
+        return [(ready, partial(post, ready, deps)) for ready in group]
+    held = deps.slots.acquire(tenant, origin, deps.clock(), min(len(group), BATCH_WORKERS))
+    served = min(len(group), held.count * ROUNDS) if held is not None else 0
+    runs: list[tuple[Ready, Callable[[], Outcome]]] = []
+    if held is not None:
+        share = _Share(held, served, deps.slots)
+        runs += [(ready, partial(share.post, ready, deps)) for ready in group[:served]]
+    return runs + [(ready, partial(no_slot, ready, deps)) for ready in group[served:]]
 
 
 def settle_redriven(message: Message, deps: DeliveryDeps) -> Outcome:
