@@ -372,6 +372,47 @@ class FirePathMachine(RuleBasedStateMachine):
         for bucket in self.world.buckets_with_work():
             self.world.trigger(bucket, remaining_ms, hook)
 
+    @rule(every=st.sampled_from([1, 3, 7]), bound=st.sampled_from(["max_fires", "end_at"]),
+          more=st.sampled_from([3, 10]), tenant=tenants, then_die=st.none() | steps,
+          remaining_ms=remaining)  # fmt: skip
+    def more_granted_while_the_last_is_on_its_way(
+        self, every: int, bound: str, more: int, tenant: str, then_die: str | None,
+        remaining_ms: int,
+    ) -> None:  # fmt: skip
+        """Issue 16, defect 4's race, drawn on purpose (change_during_a_run meets it rarely): a
+        timer whose first fire is its last (max_fires 1, or an end_at just past it) is given
+        more fires while that fire is claimed and not yet sent - it must go on after it, from
+        it; the run may then die."""
+        now = self.world.clock()
+        limits = {"max_fires": 1} if bound == "max_fires" else {
+            "end_at": format_ms(now + every * 1_500)}  # fmt: skip
+        body = {"schedule": {"type": "every", "seconds": every}, "payload": _payload(),
+                "name": f"m{next(serial)}", **limits}  # fmt: skip
+        reply = self._call("POST", "/v1/timers", tenant, body=body)
+        if reply is None or reply.status != 201:
+            self.model.maybe_payloads.add(payload_key(body["payload"]))
+            return
+        timer_id = self._learn(reply.body, tenant, now)
+        raised: dict[str, Any] = (
+            {"max_fires": more}
+            if bound == "max_fires"
+            else {"end_at": format_ms(now + every * 1_000 * more + 500)}
+        )
+        done: list[str] = []
+
+        def hook(current: str) -> None:
+            if current == "claimed" and not done and self.world.last_claimed == timer_id:
+                done.append(current)
+                self._patch(timer_id, raised)
+            if done and current == then_die:
+                raise Kill(current)
+
+        for _ in range(3):  # its first fire comes due within 7 s: the runs reach it
+            for bucket in self.world.buckets_with_work():
+                self.world.trigger(bucket, remaining_ms, hook)
+            if done:
+                return
+
     @rule()
     def flushall(self) -> None:
         """A failover to an empty replica."""
