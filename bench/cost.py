@@ -40,7 +40,7 @@ warnings.filterwarnings("ignore", message="No application metrics to publish")
 
 from moto import mock_aws  # noqa: E402
 
-from bench.common import progress, quick, write_results  # noqa: E402
+from bench.common import last_results, progress, quick, write_results  # noqa: E402
 from bench.cost_scenarios import GROUPS, Scenario, idle_model  # noqa: E402
 from bench.cost_stack import (  # noqa: E402
     DELIVERY_POLLERS,
@@ -320,11 +320,35 @@ def scenario_result(sc: Scenario, mem: dict[str, float]) -> dict[str, Any]:
     }
 
 
+PER_SCENARIO = ("usd_per_million_fires", "wru_per_fire", "scenarios")
+RESIDUALS = "idle_model_residual_30_sparse_minutes"  # per scenario group
+
+
+def merged(last: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
+    """A partial run's section laid over the last one: its scenarios replace theirs, the rest
+    (idle month, prices) is the partial run's; a check fails if it failed in either (the
+    replaced scenarios' old counts are not taken out: never hidden, maybe overstated)."""
+    whole = {**last, **part}
+    for key in PER_SCENARIO:
+        whole[key] = {**last.get(key, {}), **part[key]}
+    checks = last.get("checks", {})
+    whole["checks"] = {
+        **part["checks"],
+        "every_fire_delivered": part["checks"]["every_fire_delivered"]
+        and checks.get("every_fire_delivered", True),
+        "duplicates": max(part["checks"]["duplicates"], checks.get("duplicates", 0)),
+        "early": max(part["checks"]["early"], checks.get("early", 0)),
+        RESIDUALS: {**checks.get(RESIDUALS, {}), **part["checks"][RESIDUALS]},
+    }
+    return whole
+
+
 def main(argv: list[str] | None = None) -> int:
     short = quick()
     parser = argparse.ArgumentParser(prog="python -m bench.cost", description=__doc__)
     parser.add_argument("--burst", type=int, default=128 if short else 256)
-    parser.add_argument("--only", nargs="*", help="scenario groups to run (default: all): "
+    parser.add_argument("--only", nargs="*", help="scenario groups to run, the others' results "
+                        "kept (default: all): "
                         + ", ".join(g.__name__ for g in GROUPS))  # fmt: skip
     args = parser.parse_args(argv)
     mem = memory_gb()
@@ -369,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
             "every_fire_delivered": all(s.fires == s.expected_fires for s in scenarios),
             "duplicates": duplicates,
             "early": early,
-            "idle_model_residual_30_sparse_minutes": residuals,
+            RESIDUALS: residuals,
         },
         "prices": PRICES,
         "prices_as_of": PRICES_AS_OF,
@@ -379,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
         "quick": short,
         "rerun": "make bench" + (" QUICK=1" if short else "") + "  (or python -m bench.cost)",
     }
+    if args.only:  # the other groups' scenarios stay as the last run measured them
+        section = merged(last_results("cost"), section)
+        per_m = section["usd_per_million_fires"]
     path = write_results("cost", section)
     print("cost per million fires: " + ", ".join(f"{k} ${v:.3f}" for k, v in per_m.items())
           + f"; idle ${section['usd_per_idle_month']:.2f}/month"

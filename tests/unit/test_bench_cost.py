@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.cost import emf_metrics, fire_dollars, memory_gb
+from bench.cost import emf_metrics, fire_dollars, memory_gb, merged
 from bench.cost_stack import SANDBOX_IDLE_MS, IdleModel, Sandboxes, Window
 from bench.report import targets_table
 
@@ -68,3 +68,24 @@ def test_the_targets_table_says_met_or_missed_and_by_how_much() -> None:
     assert "| one_shot_ahead | $3.000 | ≤ $2.50 | **missed** by $0.50 (20%) |" in table
     assert "| x | $1.000 | - | no target |" in table
     assert "| idle_month | $47.00/month | ≤ $35.00/month | **missed** by $12.00 (34%) |" in table
+
+
+def test_a_partial_run_replaces_its_scenarios_and_keeps_the_others() -> None:
+    def section(prices: str, **usd: float) -> dict[str, object]:
+        checks = {"every_fire_delivered": True, "duplicates": 0, "early": 0,
+                  "idle_model_residual_30_sparse_minutes": {g: {} for g in usd}}  # fmt: skip
+        return {"usd_per_million_fires": usd, "wru_per_fire": usd,
+                "scenarios": {k: {"usd": v} for k, v in usd.items()}, "checks": checks,
+                "prices": prices}  # fmt: skip
+
+    last = section("old", a=1.0, b=2.0)
+    last["checks"]["duplicates"] = 3  # type: ignore[index]
+    part = section("new", b=0.5)
+    part["checks"]["every_fire_delivered"] = False  # type: ignore[index]
+    whole = merged(last, part)
+    assert whole["usd_per_million_fires"] == {"a": 1.0, "b": 0.5} == whole["wru_per_fire"]
+    assert whole["scenarios"] == {"a": {"usd": 1.0}, "b": {"usd": 0.5}}
+    assert whole["prices"] == "new"
+    assert whole["checks"]["every_fire_delivered"] is False  # failed in either: failed
+    assert whole["checks"]["duplicates"] == 3  # never hidden
+    assert set(whole["checks"]["idle_model_residual_30_sparse_minutes"]) == {"a", "b"}
