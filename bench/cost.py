@@ -48,6 +48,7 @@ from bench.cost_stack import (  # noqa: E402
     TRACED,
     Stack,
     endpoint_azs,
+    platform_log_bytes,
 )
 from bench.meter import Meter, captured_stdout  # noqa: E402
 from ops import template  # noqa: E402
@@ -114,7 +115,8 @@ ASSUMPTIONS: dict[str, Any] = {
     "init_ms": {"api": 900, "trigger": 700, "delivery": 700, "migrator": 700, "fanout": 700},
     "sandbox_idle_retire_s": SANDBOX_IDLE_MS // 1000,  # cold start after this long unused
     "sandbox_recycle_h": 2,  # a busy sandbox is still replaced about this often
-    "lambda_platform_log_bytes": 400,  # START, END and REPORT lines of every invocation
+    # START, END and REPORT of every invocation (400 bytes) unless PlatformLogLevel is WARN
+    "lambda_platform_log_bytes": platform_log_bytes(),
     "api_access_log_bytes": 180,  # the HTTP API's access log line (template.yaml), with overhead
     "log_retention_months": 1,  # LogRetentionDays 30; storage priced uncompressed (an upper bound)
     "xray": f"traced as FunctionTracing's default says: {sorted(TRACED) or 'none'} (Active: "
