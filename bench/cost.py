@@ -28,8 +28,8 @@ ASSUMPTIONS.
 from __future__ import annotations
 
 import argparse
-import re
 import warnings
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +51,16 @@ from bench.cost_stack import (  # noqa: E402
     platform_log_bytes,
 )
 from bench.meter import Meter, captured_stdout  # noqa: E402
+from functions.fanout import app as fanout_app  # noqa: E402
+from functions.migrator import app as migrator_app  # noqa: E402
+from functions.trigger import app as trigger_app  # noqa: E402
 from ops import template  # noqa: E402
 from ops.redis_server import RedisServer  # noqa: E402
 from tests.support.webhook_server import webhook_server  # noqa: E402
 from timers.delivery import VERDICTS  # noqa: E402
-from timers.fanout import MAX_RUN_MS  # noqa: E402
-from timers.firing import LEASE_LIMIT  # noqa: E402
+from timers.fanout import MAX_RUN_MS, FanoutReport  # noqa: E402
+from timers.firing import LEASE_LIMIT, TriggerReport  # noqa: E402
+from timers.migrate import MigrationReport  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MINUTES_PER_MONTH = 730 * 60  # AWS bills a month as 730 hours
@@ -142,19 +146,27 @@ def memory_gb() -> dict[str, float]:
     return {k: int(fns[v].get("MemorySize", default)) / 1024 for k, v in names.items()}
 
 
-def emf_metrics() -> dict[str, list[str]]:
-    """The custom metrics each function emits (``add_metric`` names; one dimension set,
-    ``service``, so one metric each). The delivery function's are one per batch verdict."""
-    out = {}
-    for path in sorted((ROOT / "functions").glob("*/app.py")):
-        names = re.findall(r'add_metric\(\s*name=f?"([^"]+)"', path.read_text())
-        expanded = [
-            v
-            for n in names
-            for v in ([n.replace("{name}", x) for x in VERDICTS] if "{name}" in n else [n])
-        ]
-        out[path.parent.name] = sorted(set(expanded))
-    return out
+def emf_metrics(idle: bool = False) -> dict[str, list[str]]:
+    """The custom metrics each function publishes (one dimension set, ``service``, so one
+    metric per name): what its emit function adds for a run whose every counter is 1 - or, with
+    ``idle``, 0 (a run with nothing to do: the idle month's metrics). The delivery function's
+    are one per batch verdict; the api publishes none."""
+    n = 0 if idle else 1
+
+    def report(cls: type, **given: Any) -> Any:
+        return cls(**{**{f.name: n for f in fields(cls) if f.type == "int"}, **given})
+
+    runs = {
+        "trigger": (trigger_app, report(TriggerReport, lags_ms=[12, 140] * n), (40,)),  # one late
+        "fanout": (fanout_app, report(FanoutReport), ()),
+        "migrator": (migrator_app, report(MigrationReport), ()),
+    }
+    out: dict[str, list[str]] = {"api": [], "delivery": [f"Webhooks_{v}" for v in VERDICTS] * n}
+    for name, (app, run, args) in runs.items():
+        app.emit_metrics(run, *args)
+        out[name] = sorted(app.metrics.metric_set)
+        app.metrics.clear_metrics()
+    return dict(sorted(out.items()))
 
 
 # ---------------------------------------------------------------- dollars
@@ -229,8 +241,8 @@ def idle_month(idle: dict[str, float], mem: dict[str, float]) -> dict[str, float
     recycled = hours / a["sandbox_recycle_h"]
     init_gb_s = recycled * sum(n * a["init_ms"][f] / 1000 * mem[f]
                                for f, n in (("fanout", 2), ("migrator", 1)))  # fmt: skip
-    always = emf_metrics()
-    metrics = len(always.get("fanout", [])) + len(always.get("migrator", []))
+    always = emf_metrics(idle=True)
+    metrics = len(always["fanout"]) + len(always["migrator"])
     polls = a["delivery_event_sources"] * a["pollers_per_event_source"] * 3  # per minute
     logs = (idle.get("log.bytes", 0) + starts * a["lambda_platform_log_bytes"]
             + idle.get("lambda.fanout", 0) * a["fanout_log_bytes_per_run"])  # fmt: skip

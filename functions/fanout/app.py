@@ -10,13 +10,12 @@ from typing import Any
 
 import boto3
 from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 
 from timers.config import Settings
-from timers.fanout import INVOKE_WORKERS, FanoutDeps, run_deadline, run_fanout
-from timers.runtime import fanout_deps, redis_client, wall_clock_ms
+from timers.fanout import INVOKE_WORKERS, FanoutDeps, FanoutReport, run_deadline, run_fanout
+from timers.runtime import add_counts, fanout_deps, redis_client, wall_clock_ms
 
 logger = Logger()
 metrics = Metrics()
@@ -39,6 +38,16 @@ def deps() -> FanoutDeps:
     return fanout_deps(settings, redis_client(settings), invoke, wall_clock_ms, time.sleep)
 
 
+def emit_metrics(report: FanoutReport) -> None:
+    """Trigger runs started (every run: a heartbeat), and failures when there were any."""
+    counts = {
+        "FanoutInvocations": report.invocations,
+        "FanoutFailedInvocations": report.failed_invocations,
+        "FanoutErrors": report.errors,
+    }
+    add_counts(metrics, counts, always={"FanoutInvocations"})
+
+
 @logger.inject_lambda_context
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
@@ -46,10 +55,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, int]:
     start_ms = d.clock()
     deadline_ms = run_deadline(start_ms, context.get_remaining_time_in_millis())
     report = run_fanout(d, start_ms, deadline_ms)
-    count = MetricUnit.Count
-    metrics.add_metric(name="FanoutInvocations", unit=count, value=report.invocations)
-    metrics.add_metric(name="FanoutFailedInvocations", unit=count, value=report.failed_invocations)
-    metrics.add_metric(name="FanoutErrors", unit=count, value=report.errors)
+    emit_metrics(report)
     summary = report.summary()
     logger.info("fanout run", extra={**summary, "start_ms": start_ms, "deadline_ms": deadline_ms})
     return summary

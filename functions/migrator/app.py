@@ -7,12 +7,11 @@ from functools import cache
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from timers.config import Settings
-from timers.migrate import MigratorDeps, run_migrator
-from timers.runtime import migrator_deps, redis_client, stores, wall_clock_ms
+from timers.migrate import MigrationReport, MigratorDeps, run_migrator
+from timers.runtime import add_counts, migrator_deps, redis_client, stores, wall_clock_ms
 
 logger = Logger()
 metrics = Metrics()
@@ -29,14 +28,21 @@ def clock() -> int:
     return wall_clock_ms()
 
 
+def emit_metrics(report: MigrationReport) -> None:
+    """Rows read (every run: a heartbeat); members put back and budget hits when any."""
+    counts = {
+        "MigratorRead": report.read,
+        "MigratorAdded": report.added,
+        "MigratorBudgetHitShards": report.budget_hit_shards,
+    }
+    add_counts(metrics, counts, always={"MigratorRead"})
+
+
 @logger.inject_lambda_context
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     report = run_migrator(deps(), clock())
-    count = MetricUnit.Count
-    metrics.add_metric(name="MigratorRead", unit=count, value=report.read)
-    metrics.add_metric(name="MigratorAdded", unit=count, value=report.added)
-    metrics.add_metric(name="MigratorBudgetHitShards", unit=count, value=report.budget_hit_shards)
+    emit_metrics(report)
     summary = report.summary()
     if report.budget_hit_shards:  # the window holds more than one run reads: raise the budget
         logger.warning("migrator budget reached; the rest follows next run", extra=summary)

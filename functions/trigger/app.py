@@ -27,6 +27,7 @@ from timers.fanout import cold_start_sample
 from timers.firing import RunMarker, TriggerDeps, TriggerReport, run_trigger
 from timers.runtime import (
     DAY_MS,
+    add_counts,
     monotonic_ms,
     redis_client,
     redis_time_ms,
@@ -37,6 +38,7 @@ from timers.sending import SEND_WORKERS
 
 logger = Logger()
 metrics = Metrics()
+LATE_MS = 100  # a fire sent later than this after its due time counts as late (FiresLate)
 INITIALIZED_MS = wall_clock_ms()  # this sandbox's imports are done (its init, but deps())
 _first_invocation = True  # only a sandbox's first invocation can have waited for its init
 
@@ -124,28 +126,25 @@ def deps() -> TriggerDeps:
 
 
 def emit_metrics(report: TriggerReport, invoke_delay_ms: int | None) -> None:
-    """One EMF block per run: the few numbers an operator alarms on."""
-    # One value per fire, so the dashboard's and the alarm's p50/p99 are per fire, not per run
-    # (a percentile of FireLagMaxMs is one of run maxima). Powertools prints a block every 100
+    """One EMF block per run: the few numbers an operator alarms on, counts only when not
+    zero (a lone fire's block is most of its log bytes)."""
+    # One value per fire, so the dashboard's and the alarm's p50/p99/max are per fire, not per
+    # run (a percentile of run maxima is not one of fires). Powertools prints a block every 100
     # values (5 to 8 log bytes a fire); first, so the counters below always end the last one.
     for lag in report.lags_ms:
         metrics.add_metric(name="FireLagMs", unit=MetricUnit.Milliseconds, value=lag)
-    count = MetricUnit.Count
-    metrics.add_metric(name="FiresEnqueued", unit=count, value=report.enqueued)
-    metrics.add_metric(name="FiresFailed", unit=count, value=report.failed)
-    if report.lags_ms:
-        metrics.add_metric(
-            name="FireLagMaxMs", unit=MetricUnit.Milliseconds, value=max(report.lags_ms)
-        )
-        late = sum(1 for lag in report.lags_ms if lag > 100)
-        metrics.add_metric(name="FiresLate", unit=count, value=late)
-    if report.ambiguous or report.unrecorded or report.taken_over:  # the duplicate window
-        metrics.add_metric(name="SendsAmbiguous", unit=count, value=report.ambiguous)
-        metrics.add_metric(name="FiresUnrecorded", unit=count, value=report.unrecorded)
-        metrics.add_metric(name="ClaimsTakenOver", unit=count, value=report.taken_over)
-    if report.refused or report.handed_back:
-        metrics.add_metric(name="FiresHandedBack", unit=count, value=report.handed_back)
-        metrics.add_metric(name="ClockRefusals", unit=count, value=report.refused)
+    counts = {
+        "FiresEnqueued": report.enqueued,
+        "FiresFailed": report.failed,
+        "FiresLate": sum(1 for lag in report.lags_ms if lag > LATE_MS),
+        # the duplicate window
+        "SendsAmbiguous": report.ambiguous,
+        "FiresUnrecorded": report.unrecorded,
+        "ClaimsTakenOver": report.taken_over,
+        "FiresHandedBack": report.handed_back,
+        "ClockRefusals": report.refused,
+    }
+    add_counts(metrics, counts)
     if invoke_delay_ms is not None:
         metrics.add_metric(
             name="InvokeDelayMs", unit=MetricUnit.Milliseconds, value=invoke_delay_ms

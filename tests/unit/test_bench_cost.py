@@ -44,9 +44,17 @@ def test_a_poll_kind_never_profiled_is_the_sum_of_its_parts() -> None:
 def test_every_function_s_custom_metrics_are_counted() -> None:
     metrics = emf_metrics()
     assert len(metrics["migrator"]) == 3 and len(metrics["fanout"]) == 3
-    assert "FireLagMaxMs" in metrics["trigger"]  # names on a line of their own count too
+    assert {"FireLagMs", "FiresLate", "ClaimsTakenOver", "InvokeDelayMs"} <= set(metrics["trigger"])
     assert "Webhooks_delivered" in metrics["delivery"]
     assert metrics["api"] == []
+
+
+def test_an_idle_run_publishes_only_its_heartbeats() -> None:
+    """The idle month pays for what a run with nothing to do publishes: counts of zero are
+    left out, but for one heartbeat each of the fan-out and the migrator."""
+    idle = emf_metrics(idle=True)
+    assert idle["fanout"] == ["FanoutInvocations"] and idle["migrator"] == ["MigratorRead"]
+    assert idle["trigger"] == ["InvokeDelayMs"] and idle["delivery"] == []
 
 
 def test_a_traced_create_and_a_posted_webhook_are_priced() -> None:

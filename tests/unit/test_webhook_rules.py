@@ -19,6 +19,7 @@ import standardwebhooks
 
 from tests.support.webhook_server import WebhookServer, webhook_server
 from timers.adapters import http_target
+from timers.adapters.target_slots import Held
 from timers.core.chain import EntryRef
 from timers.core.failures import REDELIVERED, FailedFire
 from timers.core.webhooks import (
@@ -421,16 +422,17 @@ class Slots:
         self.limit, self.held = limit, 0
         self.lock = threading.Lock()
 
-    def acquire(self, tenant: str, origin: str, now_ms: int) -> tuple[str, ...] | None:
+    def acquire(self, tenant: str, origin: str, now_ms: int, want: int = 1) -> Held | None:
         with self.lock:
-            if self.held >= self.limit:
+            got = min(want, self.limit - self.held)
+            if got <= 0:
                 return None
-            self.held += 1
-            return (origin,)
+            self.held += got
+            return Held((origin,), got)
 
-    def release(self, keys: tuple[str, ...]) -> None:
+    def release(self, held: Held | None) -> None:
         with self.lock:
-            self.held -= 1
+            self.held -= held.count if held is not None else 0
 
 
 def message(url: str, fire: str = "tmr_a:1000", claim: str = "7/1 tmr_a@000") -> Message:

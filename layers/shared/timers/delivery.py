@@ -356,6 +356,11 @@ def deliver_batch(messages: Sequence[Message], deps: DeliveryDeps) -> BatchRepor
     return report
 
 
+def deliver(message: Message, deps: DeliveryDeps) -> Outcome:
+    """One message, delivered as a batch of one."""
+    return deliver_batch([message], deps).outcomes[message.message_id]
+
+
 def _assign(
     tenant: str, origin: str, group: list[Ready], deps: DeliveryDeps
 ) -> list[tuple[Ready, Callable[[], Outcome]]]:

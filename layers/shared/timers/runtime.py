@@ -7,9 +7,9 @@ nothing here knows whether it runs in AWS, in the local stack or under moto.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 
@@ -31,6 +31,21 @@ if TYPE_CHECKING:  # the migrator's and fan-out's cores load in their own functi
 
 REDIS_TIMEOUT_S = 1.0  # every Redis call ends within this (the trigger budgets with it)
 DAY_MS = 86_400_000
+
+
+class MetricsPort(Protocol):
+    def add_metric(self, name: str, unit: Any, value: float) -> None: ...
+
+
+def add_counts(
+    metrics: MetricsPort, counts: Mapping[str, int], always: Collection[str] = ()
+) -> None:
+    """Count metrics of a run, those that are zero left out unless named in ``always`` (a
+    heartbeat): a metric never published costs nothing ($0.30 a month each otherwise), a Sum
+    over no data reads as none on the dashboard, and each value left out is ~40 log bytes."""
+    for name, value in counts.items():
+        if value or name in always:
+            metrics.add_metric(name=name, unit="Count", value=value)
 
 
 def wall_clock_ms() -> int:
