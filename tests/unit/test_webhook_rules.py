@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -522,6 +523,42 @@ def test_a_target_at_its_cap_is_deferred_without_an_attempt(
     assert requeued == [(deferred, 1)]
     assert server.received == []
     assert isinstance(d.records, Records) and d.records.states == {}
+
+
+def test_a_batch_takes_one_origins_slots_once_and_its_other_origins_their_own(
+    server: WebhookServer, deps: tuple[DeliveryDeps, Any]
+) -> None:
+    """Three messages to one origin ask the caps once, for three; a fourth, to another origin,
+    asks for its own; every slot is given back once the batch is done."""
+    d, _ = deps
+    asked: list[tuple[str, int]] = []
+    slots = Slots(8)
+
+    def acquire(tenant: str, origin: str, now_ms: int, want: int = 1) -> Held | None:
+        asked.append((origin, want))
+        return Slots.acquire(slots, tenant, origin, now_ms, want)
+
+    d.slots = SimpleNamespace(acquire=acquire, release=slots.release)  # type: ignore[assignment]
+    a, b = server.on("/a"), server.on("/b").replace("127.0.0.1", "localhost")
+    batch = [message(a, f"tmr_{i}:1", f"{i}/1 tmr_{i}@001") for i in range(3)]
+    batch.append(message(b, "tmr_b:1", "9/1 tmr_b@001"))
+    report = deliver_batch(batch, d)
+    assert report.count("delivered") == 4
+    assert sorted(asked) == sorted([(Webhook(a).origin, 3), (Webhook(b).origin, 1)])
+    assert slots.held == 0
+
+
+def test_a_batch_whose_slots_cannot_be_asked_stays_on_the_queue(
+    server: WebhookServer, deps: tuple[DeliveryDeps, Any], requeued: list[tuple[Message, int]]
+) -> None:
+    d, _ = deps
+
+    def broken(tenant: str, origin: str, now_ms: int, want: int = 1) -> Held | None:
+        raise ConnectionError("DynamoDB unreachable")
+
+    d.slots = SimpleNamespace(acquire=broken, release=lambda held: None)  # type: ignore[assignment]
+    assert deliver(message(server.on("/x")), d).verdict == "error"  # back after its timeout
+    assert server.received == [] and requeued == []
 
 
 def test_deferrals_back_off_and_the_copy_sent_again_counts_them() -> None:

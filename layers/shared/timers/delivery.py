@@ -341,12 +341,7 @@ def deliver_batch(messages: Sequence[Message], deps: DeliveryDeps) -> BatchRepor
             if isinstance(result, Ready):
                 groups.setdefault((result.tenant, result.target.origin), []).append(result)
         pending: dict[str, Future[Outcome | Ready]] = {}
-        for (tenant, origin), group in groups.items():
-            try:
-                runs = _assign(tenant, origin, group, deps)
-            except Exception:  # the slots' table: left on the queue, as any error
-                log.exception("slots unavailable", extra={"tenant": tenant})
-                runs = [(ready, partial(Outcome, "error")) for ready in group]
+        for runs in pool.map(lambda group: _assign(group, deps), groups.values()):
             for ready, run in runs:
                 message = ready.message
                 pending[message.message_id] = pool.submit(guarded, message, run)
@@ -361,14 +356,17 @@ def deliver(message: Message, deps: DeliveryDeps) -> Outcome:
     return deliver_batch([message], deps).outcomes[message.message_id]
 
 
-def _assign(
-    tenant: str, origin: str, group: list[Ready], deps: DeliveryDeps
-) -> list[tuple[Ready, Callable[[], Outcome]]]:
-    """What each message of one (tenant, origin) does: POST under the group's slots, or wait
-    for a slot another time."""
+def _assign(group: list[Ready], deps: DeliveryDeps) -> list[tuple[Ready, Callable[[], Outcome]]]:
+    """What each message to one (tenant, origin) does: POST under the slots the group took, or
+    wait for a slot another time (or stay on the queue, if the slots could not be asked)."""
     if deps.slots is None:
         return [(ready, partial(post, ready, deps)) for ready in group]
-    held = deps.slots.acquire(tenant, origin, deps.clock(), min(len(group), BATCH_WORKERS))
+    tenant, origin = group[0].tenant, group[0].target.origin
+    try:
+        held = deps.slots.acquire(tenant, origin, deps.clock(), len(group))
+    except Exception:  # left on the queue, as any error
+        log.exception("slots unavailable", extra={"tenant": tenant})
+        return [(ready, partial(Outcome, "error")) for ready in group]
     served = min(len(group), held.count * ROUNDS) if held is not None else 0
     runs: list[tuple[Ready, Callable[[], Outcome]]] = []
     if held is not None:
