@@ -453,6 +453,14 @@ class FirePathMachine(RuleBasedStateMachine):
     def every_send_is_allowed(self) -> None:
         self.model.check_new_sends()
 
+    @invariant()
+    def a_step_ends(self) -> None:
+        """Every step so far ended (a loop that does not is a Runaway: RUNAWAY_CALLS); the
+        next one gets a fresh count of DynamoDB calls."""
+        self.world.faults.new_step()
+        if os.environ.get("TIMERS_MACHINE_SHOW_CALLS"):
+            print(f"most DynamoDB calls in a step: {self.world.faults.most}", file=sys.stderr)
+
     @rule()
     def settle(self) -> None:
         start, end = self.world.settle(SETTLE_MS)

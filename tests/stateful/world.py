@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -73,6 +74,9 @@ class Runaway(BaseException):
 
 RUNAWAY_STEPS = 5_000
 """Steps (hook calls) one run may take: a run drains at most a few hundred leases here."""
+RUNAWAY_CALLS = int(os.environ.get("TIMERS_MACHINE_RUNAWAY_CALLS", "30000"))
+"""DynamoDB calls one step of the machine may make (settles included): a walk that never ends
+(a chain read round and round) fails the test as a Runaway instead of hanging it."""
 
 
 class InjectedTimeout(ReadTimeoutError):
@@ -115,7 +119,12 @@ class Faults:
         self.armed: list[Fault] = []
         self.fired: list[Fault] = []
         self.spared = False  # the test's own calls (observing, expiring) go through
+        self.calls = 0  # DynamoDB calls of the current step (RUNAWAY_CALLS)
+        self.most = 0  # the most one step made so far
         self._lock = threading.Lock()
+
+    def new_step(self) -> None:
+        self.most, self.calls = max(self.most, self.calls), 0
 
     def take(self, operation: str) -> Fault | None:
         with self._lock:
@@ -139,6 +148,9 @@ class Faults:
         def call(client: Any, operation: str, params: dict[str, Any]) -> Any:
             fault = None
             if client.meta.service_model.service_name == "dynamodb":
+                faults.calls += 1
+                if faults.calls > RUNAWAY_CALLS:
+                    raise Runaway(f"{faults.calls} DynamoDB calls in one step: a loop never ends")
                 fault = faults.take(operation)
             if fault is not None and fault.kind == "kill":
                 raise Kill(operation)
