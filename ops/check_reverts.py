@@ -34,6 +34,11 @@ TIMEOUT_S = 20 * 60  # a run that neither fails nor passes by then missed the de
 SEEDS = (None, 1, 2, 3)  # None: the fixed-seed (derandomized) run; then seeded soaks
 
 
+FAILURE = r"^E\s+((?:\w+\.)*\w*(?:Error|Exception|Runaway|Kill)\b.*)$"
+"""The first failure pytest prints: an assertion, or the world's Runaway (a loop that never
+ends), a name qualified or not."""
+
+
 def export_head(into: Path) -> None:
     archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
@@ -85,7 +90,7 @@ def check_seed(patch: Path, examples: int, seed: int | None) -> tuple[bool, str,
         return False, f"the stateful test passed {examples} examples of {how}", elapsed
     LOGS.mkdir(parents=True, exist_ok=True)
     (LOGS / f"{patch.stem}.log").write_text(run.stdout + run.stderr)
-    found = re.search(r"^E\s+(\w+(?:Error|Exception|Runaway|Kill)\b.*)$", run.stdout, re.M)
+    found = re.search(FAILURE, run.stdout, re.M)
     harness = re.search(r"^E\s+(hypothesis\.errors\.\w+.*)$", run.stdout, re.M)
     if found is None and harness is not None:  # the test's own machinery failed: no verdict
         return False, f"no verdict: {harness.group(1)[:160]}", elapsed

@@ -3,12 +3,13 @@ no longer applies would leave that defect unchecked (ops/check_reverts.py)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from ops.check_reverts import REVERTS, ROOT
+from ops.check_reverts import FAILURE, REVERTS, ROOT
 
 
 @pytest.mark.parametrize("patch", sorted(REVERTS.glob("*.patch")), ids=lambda p: p.stem)
@@ -21,3 +22,24 @@ def test_each_defect_still_applies_to_the_code(patch: Path) -> None:
 
 def test_there_is_a_patch_for_each_of_the_five_defects() -> None:
     assert [p.name.split("-")[0] for p in sorted(REVERTS.glob("*.patch"))] == list("12345")
+
+
+@pytest.mark.parametrize(
+    ("line", "found"),
+    [
+        ("E       AssertionError: sent twice", "AssertionError: sent twice"),
+        (
+            "E   tests.stateful.world.Runaway: 30001 calls",
+            "tests.stateful.world.Runaway: 30001 calls",
+        ),
+        ("E   Runaway: a run of bucket 3 never ends", "Runaway: a run of bucket 3 never ends"),
+        ("E       assert 1 == 2", None),
+    ],
+)
+def test_a_failure_is_read_off_pytests_output_qualified_or_not(
+    line: str, found: str | None
+) -> None:
+    """A defect that makes a loop run for ever fails as the world's Runaway, which pytest
+    prints with its module: it counts as caught, with its message."""
+    match = re.search(FAILURE, f"\n{line}\n", re.M)
+    assert (match.group(1) if match else None) == found
