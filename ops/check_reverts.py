@@ -34,9 +34,17 @@ TIMEOUT_S = 20 * 60  # a run that neither fails nor passes by then missed the de
 SEEDS = (None, 1, 2, 3)  # None: the fixed-seed (derandomized) run; then seeded soaks
 
 
-FAILURE = r"^E\s+((?:\w+\.)*\w*(?:Error|Exception|Runaway|Kill)\b.*)$"
-"""The first failure pytest prints: an assertion, or the world's Runaway (a loop that never
-ends), a name qualified or not."""
+FAILURE = r"^(?:E|\s*\|)\s+((?:\w+\.)*\w*(?:Error|Exception|Runaway|Kill)\b.*)$"
+"""A failure pytest prints: an assertion, or the world's Runaway (a loop that never ends), a
+name qualified or not; on an ``E`` line, or as a member of an exception group (``|``: a
+failure in the machine's teardown settle)."""
+
+
+def first_failure(output: str) -> str | None:
+    """The failure on an ``E`` line if there is one, else an exception group's first."""
+    matches = list(re.finditer(FAILURE, output, re.M))
+    direct = [m for m in matches if m.group(0).startswith("E")]
+    return (direct or matches)[0].group(1) if matches else None
 
 
 def export_head(into: Path) -> None:
@@ -90,11 +98,11 @@ def check_seed(patch: Path, examples: int, seed: int | None) -> tuple[bool, str,
         return False, f"the stateful test passed {examples} examples of {how}", elapsed
     LOGS.mkdir(parents=True, exist_ok=True)
     (LOGS / f"{patch.stem}.log").write_text(run.stdout + run.stderr)
-    found = re.search(FAILURE, run.stdout, re.M)
+    found = first_failure(run.stdout)
     harness = re.search(r"^E\s+(hypothesis\.errors\.\w+.*)$", run.stdout, re.M)
     if found is None and harness is not None:  # the test's own machinery failed: no verdict
         return False, f"no verdict: {harness.group(1)[:160]}", elapsed
-    return True, (found.group(1)[:200] if found else f"see {LOGS}/{patch.stem}.log"), elapsed
+    return True, (found[:200] if found else f"see {LOGS}/{patch.stem}.log"), elapsed
 
 
 def main(argv: list[str] | None = None) -> int:

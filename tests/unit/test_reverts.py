@@ -3,13 +3,12 @@ no longer applies would leave that defect unchecked (ops/check_reverts.py)."""
 
 from __future__ import annotations
 
-import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from ops.check_reverts import FAILURE, REVERTS, ROOT
+from ops.check_reverts import REVERTS, ROOT, first_failure
 
 
 @pytest.mark.parametrize("patch", sorted(REVERTS.glob("*.patch")), ids=lambda p: p.stem)
@@ -41,5 +40,12 @@ def test_a_failure_is_read_off_pytests_output_qualified_or_not(
 ) -> None:
     """A defect that makes a loop run for ever fails as the world's Runaway, which pytest
     prints with its module: it counts as caught, with its message."""
-    match = re.search(FAILURE, f"\n{line}\n", re.M)
-    assert (match.group(1) if match else None) == found
+    assert first_failure(f"log\n{line}\nmore log\n") == found
+
+
+def test_an_e_line_comes_before_an_exception_groups_members() -> None:
+    """A failure in the teardown's settle is printed as a member of an exception group; an
+    ``E`` line, where there is one, is the test's own failure."""
+    group = "  +-+---- 1 ----\n    | AssertionError: lost fires of tmr_1\n"
+    assert first_failure(group) == "AssertionError: lost fires of tmr_1"
+    assert first_failure(group + "E   AssertionError: sent twice\n") == "AssertionError: sent twice"
