@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 import re
 from dataclasses import fields
 from typing import Any
@@ -17,6 +18,7 @@ from ops import template
 from timers.adapters import claims, idempotency, tenants, timers_table, wakeups
 from timers.config import LOCAL_ONLY, Settings
 from timers.core.webhooks import RETRY_FOR_MS, backoff_s
+from timers.runtime import quiet_root_logger
 
 FUNCTIONS = template.resources("AWS::Serverless::Function")
 TABLES = template.resources("AWS::DynamoDB::Table")
@@ -387,3 +389,20 @@ def test_lambdas_platform_lines_are_off_and_the_functions_levels_follow_log_leve
     assert {v["Level"] for v in levels.values()} <= lambda_levels
     for name, fn in FUNCTIONS.items():  # each keeps only its log group (merged with Globals)
         assert set(fn["LoggingConfig"]) == {"LogGroup"}, name
+
+
+def test_the_root_logger_stays_at_warning_under_lambdas_json_format() -> None:
+    """With the JSON format Lambda's runtime sets the root logger to ApplicationLogLevel before
+    it imports the handler; the layer puts it back to WARNING, as the text format had it (no
+    new botocore or library lines billed). Elsewhere (tests, the local stack) it is left be."""
+    root = logging.getLogger()
+    before = root.level
+    try:
+        root.setLevel(logging.INFO)  # what the runtime does for ApplicationLogLevel INFO
+        quiet_root_logger({"AWS_LAMBDA_LOG_LEVEL": "INFO"})
+        assert root.level == logging.WARNING
+        root.setLevel(logging.INFO)
+        quiet_root_logger({})
+        assert root.level == logging.INFO
+    finally:
+        root.setLevel(before)

@@ -6,6 +6,8 @@ nothing here knows whether it runs in AWS, in the local stack or under moto.
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
@@ -31,6 +33,18 @@ if TYPE_CHECKING:  # the migrator's and fan-out's cores load in their own functi
 
 REDIS_TIMEOUT_S = 1.0  # every Redis call ends within this (the trigger budgets with it)
 DAY_MS = 86_400_000
+
+
+def quiet_root_logger(environ: Mapping[str, str]) -> None:
+    """Lambda's JSON log format sets the root logger to ApplicationLogLevel (INFO, or DEBUG),
+    where the text format left it at WARNING: botocore's and the layer's own ``logging`` lines
+    would become new bytes on every invocation (at DEBUG, every AWS request). The root stays at
+    WARNING; the functions' own lines go through powertools' Logger, whose level is LogLevel."""
+    if environ.get("AWS_LAMBDA_LOG_LEVEL"):
+        logging.getLogger().setLevel(logging.WARNING)
+
+
+quiet_root_logger(os.environ)  # every function's handler module imports this one
 
 
 class MetricsPort(Protocol):
