@@ -98,6 +98,9 @@ def endpoint_azs() -> int:
     return int(template.as_deployed(template.Tag("Ref", "InterfaceEndpointAzs")))
 
 
+PLATFORM_LINES_BYTES = 400  # START, END and REPORT of one invocation
+
+
 def platform_log_bytes() -> int:
     """Bytes of Lambda's own lines per invocation as deployed by default: START, END and REPORT
     are INFO lines, so PlatformLogLevel WARN logs none."""
@@ -105,7 +108,6 @@ def platform_log_bytes() -> int:
     return 0 if level == "WARN" else PLATFORM_LINES_BYTES
 
 
-PLATFORM_LINES_BYTES = 400
 TRACED = traced()
 
 IDLE_KEEP = ("fires", "trigger.runs", "minutes", "dense_ms")

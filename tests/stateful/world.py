@@ -127,7 +127,12 @@ class Faults:
         self.most, self.calls = max(self.most, self.calls), 0
 
     def take(self, operation: str) -> Fault | None:
+        """The armed fault this DynamoDB call meets, if any; every call counts toward the
+        step's RUNAWAY_CALLS (counted under the lock: the migrator calls from threads)."""
         with self._lock:
+            self.calls += 1
+            if self.calls > RUNAWAY_CALLS:
+                raise Runaway(f"{self.calls} DynamoDB calls in one step: a loop never ends")
             if self.spared:
                 return None
             for fault in self.armed:
@@ -148,9 +153,6 @@ class Faults:
         def call(client: Any, operation: str, params: dict[str, Any]) -> Any:
             fault = None
             if client.meta.service_model.service_name == "dynamodb":
-                faults.calls += 1
-                if faults.calls > RUNAWAY_CALLS:
-                    raise Runaway(f"{faults.calls} DynamoDB calls in one step: a loop never ends")
                 fault = faults.take(operation)
             if fault is not None and fault.kind == "kill":
                 raise Kill(operation)
