@@ -421,6 +421,91 @@ def test_same_idempotency_key_with_another_body_is_409(api: Api) -> None:
     assert timer_count(api) == 1
 
 
+class Died(Exception):
+    """The first attempt's process dies here (the api answers 500)."""
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_retry_after_the_first_attempt_died_keeps_its_timers(
+    api: Api, monkeypatch: pytest.MonkeyPatch, batch: bool
+) -> None:
+    """The first attempt stored its timers and died before recording its answer: the retry
+    answers with those timers (same ids) and they stay (it used to delete them: 404)."""
+    path, body = ("/v1/timers", bad())
+    if batch:
+        path, body = "/v1/timers:batch", {"timers": [bad(), bad()]}
+    headers = {"Idempotency-Key": "order-7"}
+    store = api.runtime.service.idempotency
+
+    def dies(*_: Any) -> None:
+        raise Died
+
+    with monkeypatch.context() as patch:
+        patch.setattr(store, "complete", dies)
+        assert api.call("POST", path, body=body, headers=headers).status == 500
+    made = {t["id"] for t in api.call("GET", "/v1/timers").body["items"]}
+    assert len(made) == (2 if batch else 1)  # the first attempt's timers exist
+    api.clock.advance(2_000)
+    again = api.call("POST", path, body=body, headers=headers)
+    assert again.status == 201, again.body
+    answered = {t["id"] for t in (again.body["items"] if batch else [again.body])}
+    assert answered == made
+    for timer_id in made:
+        assert api.call("GET", f"/v1/timers/{timer_id}").status == 200
+    assert api.call("POST", path, body=body, headers=headers).body == again.body
+
+
+def test_two_attempts_at_once_make_one_set_of_timers_and_lose_none(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second attempt arrives while the first is storing its timers: both answer the same
+    timers, which exist (the in-flight variant used to delete the timer: 404)."""
+    headers = {"Idempotency-Key": "order-8"}
+    timers = api.runtime.service.timers
+    create_one = timers.create_one
+    answers: list[Any] = []
+
+    def slow_first(timer: Any) -> None:
+        if not answers:  # the second attempt runs to its end while the first is here
+            answers.append(None)
+            answers[0] = api.call("POST", "/v1/timers", body=bad(), headers=headers)
+        create_one(timer)
+
+    monkeypatch.setattr(timers, "create_one", slow_first)
+    first = api.call("POST", "/v1/timers", body=bad(), headers=headers)
+    second = answers[0]
+    assert first.status == second.status == 201, (first.body, second.body)
+    assert first.body == second.body
+    assert api.call("GET", f"/v1/timers/{first.body['id']}").status == 200
+    assert timer_count(api) == 1
+
+
+def test_a_big_batch_answer_is_replayed_without_storing_it(api: Api) -> None:
+    """Four 60 KB non-ASCII payloads: a whole answer stored with the key (non-ASCII escaped)
+    outgrew DynamoDB's 400 KB item and answered 500 after the timers existed."""
+    batch = {"timers": [bad(payload="é" * 30_000 + str(i)) for i in range(4)]}
+    raw = json.dumps(batch, ensure_ascii=False).encode()  # 240 KB of UTF-8: under 256 KiB
+    headers = {"Idempotency-Key": "big"}
+    first = api.call("POST", "/v1/timers:batch", raw_body=raw, headers=headers)
+    assert first.status == 201, first.body
+    api.clock.advance(60_000)
+    again = api.call("POST", "/v1/timers:batch", raw_body=raw, headers=headers)
+    assert again.status == 201 and again.body == first.body
+    assert timer_count(api) == 4
+
+
+def test_a_replay_answers_the_original_even_when_the_body_is_no_longer_valid(api: Api) -> None:
+    """An ``at`` four minutes in the past is valid once; retried ten minutes later, the same
+    request still answers the original (not a 400 for a time now too far in the past)."""
+    body = bad(schedule={"type": "at", "at": format_ms(T0 - 240_000)})
+    headers = {"Idempotency-Key": "late-retry"}
+    first = api.call("POST", "/v1/timers", body=body, headers=headers)
+    assert first.status == 201, first.body
+    api.clock.advance(600_000)
+    again = api.call("POST", "/v1/timers", body=body, headers=headers)
+    assert again.status == 201 and again.body == first.body
+
+
 def test_idempotency_keys_are_per_tenant_and_expire_after_24h(api: Api) -> None:
     headers = {"Idempotency-Key": "k"}
     a = api.call("POST", "/v1/timers", body=bad(), headers=headers).body

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import builtins
+import contextlib
 import hashlib
 import json
 import logging
@@ -19,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
 from timers.adapters.claims import ClaimStore
-from timers.adapters.idempotency import IdempotencyStore
+from timers.adapters.idempotency import IdempotencyRecord, IdempotencyStore
 from timers.adapters.tenants import Tenant
 from timers.adapters.timers_table import TimerStore
 from timers.adapters.wakeups import WakeupStore
@@ -124,21 +125,37 @@ class TimerService:
                 "a batch holds 1 to 100 timers", [FieldError("timers", "1 to 100 items")]
             )
         now = self.clock()
+        try:
+            built = self._build_all(tenant, specs, [timers.new_timer_id() for _ in specs], now,
+                                    single)  # fmt: skip
+        except InvalidInput:
+            # A retry may come after its body stopped being valid (an ``at`` now too far in
+            # the past): the first answer stands.
+            seen = idempotency_key and self.idempotency.read(tenant.name, idempotency_key, now)
+            if not seen:
+                raise
+            return self._replay(tenant, idempotency_key or "", specs, single, seen)
+        if idempotency_key is None:
+            self._store_new(built, take_back=True)
+            return [timer_view(t) for t in built]
+        return self._create_once(tenant, idempotency_key, specs, built, single)
+
+    def _build_all(
+        self, tenant: Tenant, specs: Sequence[TimerSpec], ids: Sequence[str], now: int,
+        single: bool,
+    ) -> list[Timer]:  # fmt: skip
         built: list[Timer] = []
         errors: list[FieldError] = []
-        for i, spec in enumerate(specs):
+        for i, (spec, timer_id) in enumerate(zip(specs, ids, strict=True)):
             try:
-                built.append(self._build(tenant, spec, timers.new_timer_id(), now))
+                built.append(self._build(tenant, spec, timer_id, now))
             except InvalidInput as exc:
                 if single:
                     raise
                 errors += [FieldError(f"timers[{i}].{e.field}", e.message) for e in exc.details]
         if errors:
             raise InvalidInput("some timers of the batch are invalid; none was created", errors)
-        if idempotency_key is None:
-            self._store_new(built)
-            return [timer_view(t) for t in built]
-        return self._create_once(tenant, idempotency_key, specs, built, single)
+        return built
 
     def _build(self, tenant: Tenant, spec: TimerSpec, timer_id: str, now: int) -> Timer:
         queue_url, webhook = self._targets(
@@ -169,44 +186,59 @@ class TimerService:
         built: list[Timer],
         single: bool,
     ) -> list[dict[str, Any]]:
+        """The first request with a key records its body's hash, ids and clock, then stores its
+        timers; any other with the key answers what the first did (:meth:`_replay`). Nothing is
+        taken back on a failure: the key's retry completes the same set."""
         body_hash = _fingerprint(specs, single)
         ids = [t.id for t in built]
         seen = self.idempotency.claim(tenant.name, key, body_hash, ids, built[0].created_ms)
-        if seen is not None and seen.body_hash != body_hash:
+        if seen is not None:
+            return self._replay(tenant, key, specs, single, seen)
+        self._store_keyed(built)
+        self.idempotency.complete(tenant.name, key)
+        return [timer_view(t) for t in built]
+
+    def _replay(
+        self,
+        tenant: Tenant,
+        key: str,
+        specs: Sequence[TimerSpec],
+        single: bool,
+        seen: IdempotencyRecord,
+    ) -> list[dict[str, Any]]:
+        """The first request's answer, rebuilt from the same body at its ids and clock. If it
+        is in flight or died before it answered, its timers are stored here too - one by one,
+        only where absent - so a key never makes two sets, and never loses the first's."""
+        if seen.body_hash != _fingerprint(specs, single):
             raise IdempotencyConflict(
                 "this Idempotency-Key was already used with a different request body"
             )
-        if seen is not None and seen.response is not None:
-            return list(json.loads(seen.response))
-        if seen is None:
-            self._store_new(built)
-            views = [timer_view(t) for t in built]
-        else:
-            # A first attempt is in flight or died before answering: create under the ids it
-            # recorded, one by one and only if absent, so a key never makes two sets of timers.
-            views = []
-            for timer, timer_id in zip(built, seen.timer_ids, strict=True):
-                partition = partition_for(tenant.name, timer_id, tenant.spread)
-                again = replace(timer, id=timer_id, partition=partition)
-                try:
-                    self._store_new([again])
-                    views.append(timer_view(again))
-                except ConcurrentUpdate:
-                    views.append(self.get(tenant, timer_id))
-        self.idempotency.complete(tenant.name, key, json.dumps(views))
-        return views
+        first = self._build_all(tenant, specs, seen.timer_ids, seen.created_ms, single)
+        if not seen.done:
+            for timer in first:
+                self._store_keyed([timer])
+            self.idempotency.complete(tenant.name, key)
+        return [timer_view(t) for t in first]
 
-    def _store_new(self, created: Sequence[Timer]) -> None:
+    def _store_keyed(self, created: Sequence[Timer]) -> None:
+        """Store timers whose ids an idempotency record holds. One that exists already was
+        stored by another request with the key: the same timer (same body, id and clock)."""
+        with contextlib.suppress(ConcurrentUpdate):
+            self._store_new(created, take_back=False)
+
+    def _store_new(self, created: Sequence[Timer], take_back: bool) -> None:
         """Wakeups first (a wakeup without its timer is dead), then the timers (their big
         payloads first), then the fast path: what is due within the look-ahead goes into Redis
-        now."""
+        now. ``take_back``: a batch that fails takes back what it wrote (its ids are new: no
+        other request can know them)."""
         one_shots = [t for t in created if _member(t) is not None and not is_recurring(t.schedule)]
         if one_shots:
             self.wakeups.put(self.wakeups.items((t.partition, _placed(t)) for t in one_shots))
         try:
             self.timers.create(created)
-        except Exception:  # all or nothing: take back what a batch wrote before it failed
-            self.timers.remove_new(created)
+        except Exception:
+            if take_back:
+                self.timers.remove_new(created)
             raise
         soon = [t for t in created if self._due_soon(t)]
         if soon and self.index is not None:

@@ -1,4 +1,10 @@
-"""DynamoDB ``idempotency`` table (pynamodb): the first response to an Idempotency-Key, 24 h."""
+"""DynamoDB ``idempotency`` table (pynamodb): what the first request with an Idempotency-Key
+chose - its body's hash, its timer ids and its clock - for 24 h.
+
+The answer itself is not stored: it is a function of the body (the same, by its hash), the ids
+and the clock, so a replay rebuilds it. A stored answer grew with the payloads (four 60 KB ones
+outgrew DynamoDB's 400 KB item after the timers existed).
+"""
 
 from __future__ import annotations
 
@@ -24,7 +30,6 @@ class IdempotencyItem(Model):
     body_hash = UnicodeAttribute()
     timer_ids = UnicodeAttribute()  # JSON list: the ids the first request chose
     state = UnicodeAttribute()  # pending | done
-    response = UnicodeAttribute(null=True)
     created_ms = NumberAttribute()
     expires_at = TTLAttribute()
 
@@ -37,7 +42,8 @@ def bind(table: str) -> None:
 class IdempotencyRecord:
     body_hash: str
     timer_ids: list[str]
-    response: str | None  # None while the first request is still in flight
+    created_ms: int  # the first request's clock: its answer is rebuilt at it
+    done: bool  # False while the first request is in flight, or after it died
 
 
 class IdempotencyStore:
@@ -64,12 +70,20 @@ class IdempotencyStore:
         except PutError as exc:
             if not failed_because(exc, "ConditionalCheckFailedException"):
                 raise
-        existing = IdempotencyItem.get(pk, consistent_read=True)
+        return self.read(tenant, key, now_ms)
+
+    def read(self, tenant: str, key: str, now_ms: int) -> IdempotencyRecord | None:
+        """The key's record, unless it expired (consistent)."""
+        try:
+            item = IdempotencyItem.get(f"{tenant}|{key}", consistent_read=True)
+        except IdempotencyItem.DoesNotExist:
+            return None
+        if item.expires_at <= from_ms(now_ms):
+            return None
+        done = item.state == "done"
         return IdempotencyRecord(
-            existing.body_hash, json.loads(existing.timer_ids), existing.response
+            item.body_hash, json.loads(item.timer_ids), int(item.created_ms), done
         )
 
-    def complete(self, tenant: str, key: str, response: str) -> None:
-        IdempotencyItem(f"{tenant}|{key}").update(
-            actions=[IdempotencyItem.state.set("done"), IdempotencyItem.response.set(response)]
-        )
+    def complete(self, tenant: str, key: str) -> None:
+        IdempotencyItem(f"{tenant}|{key}").update(actions=[IdempotencyItem.state.set("done")])
