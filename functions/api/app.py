@@ -188,7 +188,7 @@ def openapi() -> Response[str]:
 @app.get("/v1/tenant", responses={**ok(200, "The caller's tenant", m.TenantOut), **errors(*KEYED)},
          summary="Who am I")  # fmt: skip
 def who_am_i() -> m.TenantOut:
-    retention_days = runtime().service.retention_ms // DAY_MS
+    retention_days = runtime().service.changes.retention_ms // DAY_MS
     return m.TenantOut(**summary(tenant()), retention_days=retention_days)
 
 

@@ -1,5 +1,6 @@
-"""Migrator (EventBridge, every minute): make sure every timer due within the look-ahead is in
-Redis. Thin: wire, run, report once. What a run does and why it is bounded: ``timers.migrate``."""
+"""Migrator (EventBridge, every minute; and invoked by the fan-out to restore lost buckets):
+make sure every timer due within the look-ahead is in Redis. Thin: wire, run, report once.
+What a run does and why it is bounded: ``timers.engine.migrate``."""
 
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from timers.config import Settings
-from timers.migrate import MigrationReport, MigratorDeps, run_migrator
-from timers.runtime import add_counts, migrator_deps, redis_client, stores, wall_clock_ms
+from timers import runtime
+from timers.engine.migrate import MigrationReport, MigratorDeps, run_migrator
 
 logger = Logger()
 metrics = Metrics()
@@ -20,32 +20,40 @@ metrics = Metrics()
 @cache
 def deps() -> MigratorDeps:
     """Clients and settings, built once per cold start (not at import)."""
-    settings = Settings.from_env()
-    return migrator_deps(settings, redis_client(settings), *stores(settings))
+    return runtime.migrator()
 
 
-def clock() -> int:
-    return wall_clock_ms()
+def restore_buckets(event: dict[str, Any]) -> list[int] | None:
+    """The buckets the fan-out asked to restore (``{"restore": [..]}``), or None: every one."""
+    buckets = event.get("restore")
+    if buckets is None:
+        return None
+    if not isinstance(buckets, list) or not all(isinstance(b, int) and b >= 0 for b in buckets):
+        raise ValueError(f"'restore' must be a list of bucket numbers, got {buckets!r}")
+    return buckets
 
 
 def emit_metrics(report: MigrationReport) -> None:
-    """Rows read (every run: a heartbeat); members put back and budget hits when any."""
+    """Listings read (every run: a heartbeat); cards put back, budget hits, failed buckets and
+    restores when any."""
     counts = {
         "MigratorRead": report.read,
         "MigratorAdded": report.added,
-        "MigratorBudgetHitShards": report.budget_hit_shards,
+        "MigratorBudgetHitBuckets": report.budget_hit_buckets,
+        "MigratorFailedBuckets": report.failed_buckets,
+        "BucketsRestored": report.restored_buckets,
     }
-    add_counts(metrics, counts, always={"MigratorRead"})
+    runtime.add_counts(metrics, counts, always={"MigratorRead"})
 
 
 @logger.inject_lambda_context
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    report = run_migrator(deps(), clock())
+    report = run_migrator(deps(), runtime.wall_clock_ms(), restore_buckets(event or {}))
     emit_metrics(report)
     summary = report.summary()
-    if report.budget_hit_shards:  # the window holds more than one run reads: raise the budget
-        logger.warning("migrator budget reached; the rest follows next run", extra=summary)
+    if report.budget_hit_buckets or report.failed_buckets:
+        logger.warning("migrator run left work for the next one", extra=summary)
     else:
         logger.info("migrator run", extra=summary)
     return summary

@@ -1,71 +1,32 @@
-"""Trigger (async-invoked by the fan-out per bucket): fire the bucket's due positions on time.
+"""Trigger (async-invoked by the fan-out per bucket): fire the bucket's due cards on time.
 
 Thin: parse the event, wire the clients once per cold start, run with the invocation's
-deadline, report once. The fire path lives in ``timers.firing``. A cold start (the sandbox's
-first invocation, invoked before the sandbox had initialized) folds its invoke-to-handler delay
-into the estimate the fan-out leads cold buckets by (``timers.fanout``).
+deadline, report once. The fire path lives in ``timers.engine.trigger``. A cold start (the
+sandbox's first invocation, invoked before the sandbox had initialized) folds its
+invoke-to-handler delay into its bucket's estimate, which the fan-out leads cold buckets by.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from botocore.config import Config
 
-from timers.adapters.claims import ClaimStore
-from timers.adapters.redis_index import RedisIndex
-from timers.adapters.warmth import WarmthStore
-from timers.config import Settings
-from timers.fanout import cold_start_sample
-from timers.firing import RunMarker, TriggerDeps, TriggerReport, run_trigger
-from timers.runtime import (
-    DAY_MS,
-    add_counts,
-    monotonic_ms,
-    redis_client,
-    redis_time_ms,
-    stores,
-    wall_clock_ms,
-)
-from timers.sending import SEND_WORKERS
+from timers import runtime
+from timers.engine import keys
+from timers.engine.fanout import cold_start_sample, next_cold_estimate
+from timers.engine.trigger import RunMarker, TriggerDeps, TriggerReport, run_trigger
+from timers.runtime import Wiring
 
 logger = Logger()
 metrics = Metrics()
 LATE_MS = 100  # a fire sent later than this after its due time counts as late (FiresLate)
-INITIALIZED_MS = wall_clock_ms()  # this sandbox's imports are done (its init, but deps())
+INITIALIZED_MS = runtime.wall_clock_ms()  # this sandbox's imports are done (all but wiring)
 _first_invocation = True  # only a sandbox's first invocation can have waited for its init
-
-# The trigger retries SQS itself (bounded, with backoff, then records the fire failed), so the
-# client fails fast instead of stacking botocore's retries on top; one connection per lane.
-# These timeouts are the budgets in timers.firing (SQS_CALL_MS, DYNAMO_CALL_MS).
-SQS_CONFIG = Config(
-    connect_timeout=1,
-    read_timeout=8,
-    retries={"max_attempts": 1, "mode": "standard"},
-    max_pool_connections=SEND_WORKERS,
-)
-DYNAMO_CONFIG = Config(  # claims: the run retries them itself (CLAIM_ATTEMPTS), same owner
-    connect_timeout=0.5,
-    read_timeout=3,
-    retries={"max_attempts": 1, "mode": "standard"},
-    max_pool_connections=16,
-)
-# A record that times out after DynamoDB applied it is harmless, but one given up after the
-# send turns into a duplicate when its claim lapses: the record waits long, once, and the
-# run retries it while its deadline allows (RECORD_CALL_MS).
-RECORD_CONFIG = Config(
-    connect_timeout=0.5,
-    read_timeout=8,
-    retries={"max_attempts": 1, "mode": "standard"},
-    max_pool_connections=16,
-)
 
 
 @dataclass(frozen=True)
@@ -89,40 +50,18 @@ def _int(value: Any) -> int | None:
 
 
 @cache
-def redis_conn() -> Any:
-    return redis_client(Settings.from_env())
-
-
-@cache
-def warmth() -> WarmthStore:
-    return WarmthStore(redis_conn())
-
-
-@cache
-def deps() -> TriggerDeps:
+def wired() -> tuple[Wiring, TriggerDeps]:
     """Clients and settings, built once per cold start (not at import)."""
-    settings = Settings.from_env()
-    timers, _, _ = stores(settings)
-    claims = ClaimStore(
-        settings.claims_table,
-        settings.fire_retention_days,
-        boto3.client("dynamodb", config=DYNAMO_CONFIG),
-        boto3.client("dynamodb", config=RECORD_CONFIG),
-    )
-    conn = redis_conn()
-    return TriggerDeps(
-        index=RedisIndex(conn, settings.bucket_count),
-        claims=claims,
-        timers=timers,
-        sqs=boto3.client("sqs", config=SQS_CONFIG),
-        clock=wall_clock_ms,
-        monotonic=monotonic_ms,
-        reference=lambda: redis_time_ms(conn),
-        lookahead_ms=settings.lookahead_seconds * 1000,
-        retention_ms=settings.fire_retention_days * DAY_MS,
-        sleep=time.sleep,
-        delivery_queue_url=settings.delivery_queue_url,
-    )
+    return runtime.trigger()
+
+
+def record_cold_start(bucket: int, sample_ms: int) -> None:
+    """Fold this sandbox's cold start into its bucket's estimate (a decaying peak; a race
+    between two cold starts loses one sample: it is a hint)."""
+    index = wired()[0].index
+    previous = index.field(bucket, keys.COLD)
+    estimate = next_cold_estimate(None if previous is None else int(previous), sample_ms)
+    index.set_field(bucket, keys.COLD, estimate)
 
 
 def emit_metrics(report: TriggerReport, invoke_delay_ms: int | None) -> None:
@@ -144,7 +83,7 @@ def emit_metrics(report: TriggerReport, invoke_delay_ms: int | None) -> None:
         "FiresHandedBack": report.handed_back,
         "ClockRefusals": report.refused,
     }
-    add_counts(metrics, counts)
+    runtime.add_counts(metrics, counts)
     if invoke_delay_ms is not None:
         metrics.add_metric(
             name="InvokeDelayMs", unit=MetricUnit.Milliseconds, value=invoke_delay_ms
@@ -156,7 +95,7 @@ def emit_metrics(report: TriggerReport, invoke_delay_ms: int | None) -> None:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     global _first_invocation
     request = TriggerEvent.parse(event)
-    d = deps()
+    d = wired()[1]
     started_ms = d.clock()
     cold_ms = cold_start_sample(request.at_ms, INITIALIZED_MS, started_ms)
     cold_ms, _first_invocation = (cold_ms if _first_invocation else None), False
@@ -164,7 +103,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     delay = None if request.at_ms is None else started_ms - request.at_ms
     if cold_ms is not None:  # after the run: the fires do not wait for it
         try:
-            warmth().record_cold_start(cold_ms)
+            record_cold_start(request.bucket, cold_ms)
         except Exception:  # the estimate is a hint; a Redis blip must not fail the run
             logger.exception("cold start not recorded")
     emit_metrics(report, delay)

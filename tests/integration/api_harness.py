@@ -19,7 +19,7 @@ from tests.support import apigw
 from tests.support.clock import FakeClock
 from timers.adapters import tenants
 from timers.adapters.failed_fires import DeliveryQueue
-from timers.core.chain import Entry, entry_ref
+from timers.engine.entries import Entry, entry_ref
 from timers.core.failures import FailedFire
 from timers.core.webhooks import DeliveryState
 from timers.runtime import Runtime, build_runtime
@@ -120,7 +120,7 @@ def seed_failed_fire(api: Api, timer_id: str, fire_id: str) -> None:
     assert timer is not None
     due = int(fire_id.rpartition(":")[2])
     ref = entry_ref(timer.partition, timer_id, due)
-    claims = api.runtime.service.claims
+    claims = api.runtime.wiring.log
     sent = Entry(state="d", rev=timer.rev, n=1, enqueued=due, hook=True)
     assert claims.claim(ref[0], {ref[1]: sent})
     failed = DeliveryState(1, due, due, 400, failed="http 400", failed_ms=due + 5)

@@ -42,7 +42,6 @@ from functools import partial
 from typing import Any, Protocol
 
 from timers.adapters.target_slots import Held
-from timers.core.chain import EntryRef
 from timers.core.failures import FailedFire, redelivered_at
 from timers.core.timer import fire_due_ms, fire_timer_id
 from timers.core.webhooks import (
@@ -55,6 +54,7 @@ from timers.core.webhooks import (
     signed_headers,
     verdict,
 )
+from timers.engine.entries import EntryRef
 
 log = logging.getLogger(__name__)
 

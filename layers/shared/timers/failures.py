@@ -13,11 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from timers.adapters.claims import ClaimStore
 from timers.adapters.failed_fires import FailedFireStore
 from timers.adapters.tenants import Tenant
 from timers.adapters.timers_table import TimerStore
-from timers.core.chain import entry_ref
 from timers.core.errors import FieldError, InvalidInput, InvalidState, NotFound
 from timers.core.failures import (
     KEY_MAX_MS,
@@ -26,6 +24,8 @@ from timers.core.failures import (
     key_range,
 )
 from timers.core.timer import Timer, fire_due_ms, fire_timer_id
+from timers.engine.entries import entry_ref
+from timers.engine.log import FireLog
 from timers.service import decode_cursor, encode_cursor
 
 REDELIVER_ALL_MAX = 100
@@ -42,7 +42,7 @@ class Sender(Protocol):
 class FailedFireService:
     failures: FailedFireStore
     timers: TimerStore
-    claims: ClaimStore
+    log: FireLog
     delivery_queue: Sender
     clock: Callable[[], int]
 
@@ -128,13 +128,13 @@ class FailedFireService:
         if due is None or due > KEY_MAX_MS or fire_timer_id(fire_id) != timer.id:
             raise NotFound(f"no fire {fire_id!r} of timer {timer.id!r}")
         ref = entry_ref(timer.partition, timer.id, due)
-        at = self.claims.locate([ref], consistent=True)[ref]
+        at = self.log.locate([ref], consistent=True)[ref]
         entry = at.entry
         if entry is None or not entry.is_fire or (entry.fired or due) != due:
             raise NotFound(f"no fire {fire_id!r} of timer {timer.id!r}")
         if not entry.hook:
             raise InvalidState("only fires of HTTP targets (webhooks) can be redelivered")
-        state = self.claims.read_delivery(at.ref(ref[1]))
+        state = self.log.read_delivery(ref)
         if state is None or state.failed is None or state.failed_ms is None:
             shown = "delivered" if state and state.delivered_ms is not None else "not failed"
             raise InvalidState(f"fire {fire_id!r} is {shown}: only a failed fire is redelivered")
@@ -146,7 +146,7 @@ class FailedFireService:
         if timer.webhook is not None:  # its target now: the user may have fixed the URL
             attributes["target"] = timer.webhook.to_json()
         self.delivery_queue.send(record.body, attributes)
-        self.claims.reopen_delivery(at.ref(ref[1]), state.reopened(stamp), state)
+        self.log.reopen_delivery(ref, state.reopened(stamp), state)
         return failed_fire_view(record, timer.name)
 
     def _marked(self, record: FailedFire) -> tuple[FailedFire, int]:

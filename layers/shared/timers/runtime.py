@@ -1,7 +1,8 @@
-"""Wiring: settings from the environment, clients, and the service, built once per cold start.
+"""Wiring: every function's clients and cores, built once per cold start from the settings.
 
 AWS clients find local endpoints through the standard ``AWS_ENDPOINT_URL*`` variables, so
-nothing here knows whether it runs in AWS, in the local stack or under moto.
+nothing here knows whether it runs in AWS, in the local stack or under moto. The handlers
+call one builder each (``api``, ``trigger``, ``migrator``, ``fanout``) and stay thin.
 """
 
 from __future__ import annotations
@@ -13,33 +14,68 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+import boto3
 import redis
+from botocore.config import Config
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
-from timers.adapters import idempotency, tenants, timers_table, wakeups
-from timers.adapters.claims import ClaimStore
+from timers.adapters import idempotency, tenants, timers_table
 from timers.adapters.failed_fires import DeliveryQueue, FailedFireStore
 from timers.adapters.ratelimit import RateLimiter
-from timers.adapters.redis_index import Lock, RedisIndex
 from timers.adapters.tenants import CachedAuthenticator
 from timers.adapters.timers_table import TimerStore
-from timers.adapters.wakeups import WakeupStore
 from timers.config import Settings
+from timers.engine.changes import Changes, Checkpoints
+from timers.engine.index import BucketIndex
+from timers.engine.log import FireLog
+from timers.engine.wake import WakeStore
 from timers.failures import FailedFireService
 from timers.service import TimerService
 
-if TYPE_CHECKING:  # the migrator's and fan-out's cores load in their own functions only
-    from timers.fanout import FanoutDeps
-    from timers.migrate import MigratorDeps
+if TYPE_CHECKING:  # the fan-out's, migrator's and trigger's cores load in their own functions
+    from timers.engine.fanout import FanoutDeps
+    from timers.engine.migrate import MigratorDeps
+    from timers.engine.trigger import TriggerDeps
 
-REDIS_TIMEOUT_S = 1.0  # every Redis call ends within this (the trigger budgets with it)
+REDIS_TIMEOUT_S = 1.0  # one Redis call, retries included, ends within about this
 DAY_MS = 86_400_000
+
+# The trigger retries SQS and its claims itself (bounded; a record waits long: a record lost
+# after its send is a duplicate), so its clients fail fast instead of stacking botocore's
+# retries. These timeouts are the budgets in timers.engine.trigger (*_CALL_MS).
+SQS_CONFIG = Config(
+    connect_timeout=1,
+    read_timeout=8,
+    max_pool_connections=16,
+    retries={"max_attempts": 1, "mode": "standard"},
+)
+CLAIM_CONFIG = Config(
+    connect_timeout=0.5,
+    read_timeout=3,
+    max_pool_connections=16,
+    retries={"max_attempts": 1, "mode": "standard"},
+)
+RECORD_CONFIG = Config(
+    connect_timeout=0.5,
+    read_timeout=8,
+    max_pool_connections=16,
+    retries={"max_attempts": 1, "mode": "standard"},
+)
+# Async invokes return at once; short timeouts and one retry keep a slow API from stalling the
+# fan-out's polls (a run not started now is started by a later poll).
+LAMBDA_CONFIG = Config(
+    connect_timeout=1,
+    read_timeout=2,
+    max_pool_connections=16,
+    retries={"max_attempts": 2, "mode": "standard"},
+)
 
 
 def quiet_root_logger(environ: Mapping[str, str]) -> None:
-    """Lambda's JSON log format sets the root logger to ApplicationLogLevel (INFO, or DEBUG),
-    where the text format left it at WARNING: botocore's and the layer's own ``logging`` lines
-    would become new bytes on every invocation (at DEBUG, every AWS request). The root stays at
-    WARNING; the functions' own lines go through powertools' Logger, whose level is LogLevel."""
+    """Lambda's JSON log format sets the root logger to ApplicationLogLevel; it stays at
+    WARNING, so botocore's lines never become billed bytes. The functions' own lines go
+    through powertools' Logger, whose level is LogLevel."""
     if environ.get("AWS_LAMBDA_LOG_LEVEL"):
         logging.getLogger().setLevel(logging.WARNING)
 
@@ -54,9 +90,8 @@ class MetricsPort(Protocol):
 def add_counts(
     metrics: MetricsPort, counts: Mapping[str, int], always: Collection[str] = ()
 ) -> None:
-    """Count metrics of a run, those that are zero left out unless named in ``always`` (a
-    heartbeat): a metric never published costs nothing ($0.30 a month each otherwise), a Sum
-    over no data reads as none on the dashboard, and each value left out is ~40 log bytes."""
+    """Count metrics, those that are zero left out unless named in ``always`` (a heartbeat): a
+    metric never published costs nothing, and each value left out is ~40 log bytes."""
     for name, value in counts.items():
         if value or name in always:
             metrics.add_metric(name=name, unit="Count", value=value)
@@ -66,16 +101,32 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def monotonic_ms() -> int:
+    """Elapsed time: what the trigger keeps its clock offset with (a wall-clock step of the
+    host cannot move it)."""
+    return time.monotonic_ns() // 1_000_000
+
+
 def redis_client(settings: Settings) -> Any:
-    options = {"decode_responses": True, "socket_timeout": REDIS_TIMEOUT_S,
-               "socket_connect_timeout": REDIS_TIMEOUT_S}  # fmt: skip
-    if settings.redis_cluster:  # ElastiCache Serverless speaks cluster mode
-        return redis.RedisCluster.from_url(settings.redis_url, **options)
+    """A client whose every call ends within about REDIS_TIMEOUT_S: one quick retry on a
+    dropped connection, and in cluster mode few redirections (MOVED, ASK, TRYAGAIN) before the
+    caller sees the error - the trigger hands back, the migrator retries the bucket."""
+    timeout = REDIS_TIMEOUT_S / 2
+    options: dict[str, Any] = {
+        "decode_responses": True,
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": Retry(ExponentialBackoff(cap=0.05, base=0.01), 1),
+    }
+    if settings.redis_cluster:  # ElastiCache cluster mode and Serverless
+        return redis.RedisCluster.from_url(
+            settings.redis_url, cluster_error_retry_attempts=2, **options
+        )
     return redis.Redis.from_url(settings.redis_url, **options)
 
 
 def redis_time_ms(client: Any) -> int:
-    """The reference clock: Redis ``TIME`` (seconds, microseconds) in epoch ms."""
+    """The reference clock: Redis ``TIME`` in epoch ms."""
     seconds, micros = client.time()
     return int(seconds) * 1000 + int(micros) // 1000
 
@@ -83,76 +134,123 @@ def redis_time_ms(client: Any) -> int:
 def bind_tables(settings: Settings) -> None:
     """Point the pynamodb models at this deployment's tables."""
     timers_table.bind(settings.timers_table)
-    wakeups.bind(settings.wakeups_table)
     idempotency.bind(settings.idempotency_table)
     tenants.bind_tables(settings)
 
 
-def monotonic_ms() -> int:
-    """Elapsed time: what the trigger measures its clock offset with (a wall-clock step of the
-    host cannot move it)."""
-    return time.monotonic_ns() // 1_000_000
+@dataclass(frozen=True)
+class Wiring:
+    """What every fire-path function shares: the stores and the Redis index."""
+
+    settings: Settings
+    redis: Any
+    index: BucketIndex
+    timers: TimerStore
+    log: FireLog
+    wake: WakeStore
+    checkpoints: Checkpoints
+    changes: Changes
 
 
-def stores(
-    settings: Settings, clock: Callable[[], int] = wall_clock_ms
-) -> tuple[TimerStore, ClaimStore, WakeupStore]:
+def wire(
+    settings: Settings,
+    clock: Callable[[], int] = wall_clock_ms,
+    redis_conn: Any = None,
+    dynamodb: Any = None,
+    record_dynamodb: Any = None,
+) -> Wiring:
     bind_tables(settings)
-    return (
-        TimerStore(settings.due_shards, clock=clock),
-        ClaimStore(settings.claims_table, settings.fire_retention_days),
-        WakeupStore(settings.due_shards, settings.fire_retention_days),
+    conn = redis_conn if redis_conn is not None else redis_client(settings)
+    index = BucketIndex(conn, settings.bucket_count)
+    timers = TimerStore(clock=clock)
+    log = FireLog(settings.claims_table, settings.fire_retention_days, dynamodb, record_dynamodb)
+    wake = WakeStore(settings.wakeups_table, settings.fire_retention_days, dynamodb)
+    changes = Changes(
+        timers,
+        log,
+        wake,
+        index,
+        clock,
+        settings.lookahead_seconds * 1000,
+        settings.fire_retention_days * DAY_MS,
+    )
+    return Wiring(
+        settings, conn, index, timers, log, wake, Checkpoints(timers, wake, clock), changes
     )
 
 
-def migrator_deps(
-    settings: Settings,
-    conn: Any,
-    timers: TimerStore,
-    claims: ClaimStore,
-    wakeups: WakeupStore,
-    **overrides: Any,
-) -> MigratorDeps:
-    """What a migrator run needs, from the settings and the stores (the handler's, or a test's
-    own with ``overrides`` such as a smaller budget)."""
-    from timers.migrate import MigratorDeps, ResumePositions  # not on the api's cold start
+def migrator_deps(w: Wiring, **overrides: Any) -> MigratorDeps:
+    from timers.engine.migrate import MigratorDeps
 
+    s = w.settings
     deps = MigratorDeps(
-        index=RedisIndex(conn, settings.bucket_count),
-        timers=timers,
-        claims=claims,
-        wakeups=wakeups,
-        positions=ResumePositions(conn),
-        due_shards=settings.due_shards,
-        lookahead_ms=settings.lookahead_seconds * 1000,
-        retention_ms=settings.fire_retention_days * DAY_MS,
+        w.index,
+        w.timers,
+        w.log,
+        w.wake,
+        w.checkpoints,
+        lookahead_ms=s.lookahead_seconds * 1000,
+        retention_ms=s.fire_retention_days * DAY_MS,
     )
     return replace(deps, **overrides)
 
 
 def fanout_deps(
-    settings: Settings,
-    conn: Any,
+    w: Wiring,
     invoke: Callable[..., Any],
     clock: Callable[[], int],
     sleep: Callable[[float], None],
     **overrides: Any,
 ) -> FanoutDeps:
-    """What a fan-out run needs: the handler's Lambda client and wall clock, or a test's
-    recorder and injected clock (``overrides``: its own index, token source...)."""
-    from timers.adapters.warmth import WarmthStore  # not on the api's cold start
-    from timers.fanout import LOCK_KEY, LOCK_TTL_MS, FanoutDeps
+    from timers.engine.fanout import FanoutDeps
 
+    s = w.settings
     deps = FanoutDeps(
-        index=RedisIndex(conn, settings.bucket_count),
-        lock=Lock(conn, LOCK_KEY, LOCK_TTL_MS),
-        invoke=invoke,
-        trigger_function=settings.trigger_function_name,
-        clock=clock,
-        sleep=sleep,
-        warmth=WarmthStore(conn),
+        w.index, invoke, s.trigger_function_name, s.migrator_function_name, clock, sleep
     )
     return replace(deps, **overrides)
+
+
+def trigger_deps(w: Wiring, sqs: Any, **overrides: Any) -> TriggerDeps:
+    from timers.engine.trigger import TriggerDeps
+
+    s = w.settings
+    deps = TriggerDeps(
+        index=w.index,
+        log=w.log,
+        timers=w.timers,
+        checkpoints=w.checkpoints,
+        sqs=sqs,
+        clock=wall_clock_ms,
+        monotonic=monotonic_ms,
+        reference=lambda: redis_time_ms(w.redis),
+        lookahead_ms=s.lookahead_seconds * 1000,
+        retention_ms=s.fire_retention_days * DAY_MS,
+        sleep=time.sleep,
+        delivery_queue_url=s.delivery_queue_url,
+    )
+    return replace(deps, **overrides)
+
+
+# ---------------------------------------------------------------- one builder per function
+
+
+def trigger() -> tuple[Wiring, TriggerDeps]:
+    w = wire(
+        Settings.from_env(),
+        dynamodb=boto3.client("dynamodb", config=CLAIM_CONFIG),
+        record_dynamodb=boto3.client("dynamodb", config=RECORD_CONFIG),
+    )
+    return w, trigger_deps(w, boto3.client("sqs", config=SQS_CONFIG))
+
+
+def migrator() -> MigratorDeps:
+    return migrator_deps(wire(Settings.from_env()))
+
+
+def fanout() -> FanoutDeps:
+    invoke = boto3.client("lambda", config=LAMBDA_CONFIG).invoke
+    return fanout_deps(wire(Settings.from_env()), invoke, wall_clock_ms, time.sleep)
 
 
 @dataclass
@@ -163,6 +261,7 @@ class Runtime:
     authenticate: CachedAuthenticator
     redis: Any
     failures: FailedFireService
+    wiring: Wiring
 
 
 def build_runtime(
@@ -170,32 +269,21 @@ def build_runtime(
     clock: Callable[[], int] = wall_clock_ms,
     redis_conn: Any = None,
 ) -> Runtime:
-    settings = settings or Settings.from_env()
-    timer_store, claims, wakeup_store = stores(settings, clock)
-    conn = redis_conn if redis_conn is not None else redis_client(settings)
+    """The api's: its service over the fire path's stores, and its failed-fires service."""
+    w = wire(settings or Settings.from_env(), clock, redis_conn)
+    s = w.settings
     service = TimerService(
-        timers=timer_store,
-        claims=claims,
-        wakeups=wakeup_store,
-        idempotency=idempotency.IdempotencyStore(),
+        w.changes,
+        idempotency.IdempotencyStore(),
+        clock,
+        allow_loopback_targets=s.timers_allow_loopback_targets,
+    )
+    failures = FailedFireService(
+        failures=FailedFireStore(s.failed_fires_table, s.fire_retention_days),
+        timers=w.timers,
+        log=w.log,
+        delivery_queue=DeliveryQueue(s.delivery_queue_url),
         clock=clock,
-        lookahead_ms=settings.lookahead_seconds * 1000,
-        retention_ms=settings.fire_retention_days * DAY_MS,
-        bucket_count=settings.bucket_count,
-        index=RedisIndex(conn, settings.bucket_count),
-        allow_loopback_targets=settings.timers_allow_loopback_targets,
     )
-    return Runtime(
-        settings=settings,
-        service=service,
-        rate_limiter=RateLimiter(conn, clock),
-        authenticate=CachedAuthenticator(clock),
-        redis=conn,
-        failures=FailedFireService(
-            failures=FailedFireStore(settings.failed_fires_table, settings.fire_retention_days),
-            timers=timer_store,
-            claims=claims,
-            delivery_queue=DeliveryQueue(settings.delivery_queue_url),
-            clock=clock,
-        ),
-    )
+    limiter = RateLimiter(w.redis, clock)
+    return Runtime(s, service, limiter, CachedAuthenticator(clock), w.redis, failures, w)

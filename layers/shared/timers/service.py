@@ -1,9 +1,9 @@
-"""Use cases of the HTTP API. Validated input in, contract views out; storage through ports.
+"""Use cases of the HTTP API. Validated input in, contract views out; the fire path behind
+``timers.engine.changes``.
 
-A timer's stored item is its plan and a checkpoint; what a user sees is *derived* by walking the
-claim entries from that checkpoint (timers.core.chain). A change (PATCH, pause, resume, delete)
-is one transaction with a tombstone on the timer's cursor, so it is ordered before or after any
-claim of that position, never in between (docs/fire-path.md, "Changes serialize with claims").
+A timer's stored item is its plan and a checkpoint; what a user sees is *derived* by walking
+the fire log from that checkpoint. A change (PATCH, pause, resume, delete) is one transaction
+ordered with the claim of the timer's cursor (docs/fire-path.md, R5).
 """
 
 from __future__ import annotations
@@ -17,27 +17,11 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
-from timers.adapters.claims import ClaimStore
 from timers.adapters.idempotency import IdempotencyRecord, IdempotencyStore
 from timers.adapters.tenants import Tenant
-from timers.adapters.timers_table import TimerStore
-from timers.adapters.wakeups import WakeupStore
 from timers.core import timer as timers
-from timers.core.chain import (
-    Cursor,
-    Entry,
-    Member,
-    drive,
-    entry_ref,
-    history,
-    partition_for,
-    resolved,
-    settled,
-    tombstone,
-    walk,
-)
 from timers.core.errors import (
     ConcurrentUpdate,
     FieldError,
@@ -45,34 +29,22 @@ from timers.core.errors import (
     InvalidInput,
     NotFound,
 )
-from timers.core.schedule import Misfire, Plan, Schedule, is_recurring, next_fire, preview
+from timers.core.schedule import Misfire, Plan, Schedule, preview
 from timers.core.timer import Timer
 from timers.core.times import format_ms
 from timers.core.views import fire_view, timer_view
 from timers.core.webhooks import Webhook, validate_target
+from timers.engine.changes import Changes
+from timers.engine.entries import partition_for, resolved
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], int]
-T = TypeVar("T")
-WRITE_ATTEMPTS = 5
 BATCH_LIMIT = 100
 LIST_READ_LIMIT = 1_000
 """Items one list request reads at most (payload items and other statuses included)."""
 LIST_READ_BATCH = 100
 """Items read per query when a status filter may discard most of them."""
-
-
-class DueIndex(Protocol):
-    """The Redis side of the fast path (timers.adapters.redis_index.RedisIndex)."""
-
-    def ensure(self, placements: Any) -> int: ...
-
-    def replace(
-        self, bucket: int, timer_id: str, rev: int, member: Member | None, card: str | None
-    ) -> bool: ...
-
-    def recard(self, partition: int, timer_id: str, rev: int, card: str) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -93,16 +65,14 @@ class TimerSpec:
 
 @dataclass
 class TimerService:
-    timers: TimerStore
-    claims: ClaimStore
-    wakeups: WakeupStore
+    changes: Changes
     idempotency: IdempotencyStore
     clock: Clock
-    lookahead_ms: int
-    retention_ms: int
-    bucket_count: int
-    index: DueIndex | None = None
     allow_loopback_targets: bool = False  # the local stack only (TIMERS_ALLOW_LOOPBACK_TARGETS)
+
+    @property
+    def timers(self) -> Any:
+        return self.changes.timers
 
     # ---------------------------------------------------------------- create
 
@@ -126,8 +96,9 @@ class TimerService:
             )
         now = self.clock()
         try:
-            built = self._build_all(tenant, specs, [timers.new_timer_id() for _ in specs], now,
-                                    single)  # fmt: skip
+            built = self._build_all(
+                tenant, specs, [timers.new_timer_id() for _ in specs], now, single
+            )
         except InvalidInput:
             # A retry may come after its body stopped being valid (an ``at`` now too far in
             # the past): the first answer stands.
@@ -136,14 +107,18 @@ class TimerService:
                 raise
             return self._replay(tenant, idempotency_key or "", specs, single, seen)
         if idempotency_key is None:
-            self._store_new(built, take_back=True)
+            self.changes.store_new(built, take_back=True)
             return [timer_view(t) for t in built]
         return self._create_once(tenant, idempotency_key, specs, built, single)
 
     def _build_all(
-        self, tenant: Tenant, specs: Sequence[TimerSpec], ids: Sequence[str], now: int,
+        self,
+        tenant: Tenant,
+        specs: Sequence[TimerSpec],
+        ids: Sequence[str],
+        now: int,
         single: bool,
-    ) -> list[Timer]:  # fmt: skip
+    ) -> list[Timer]:
         built: list[Timer] = []
         errors: list[FieldError] = []
         for i, (spec, timer_id) in enumerate(zip(specs, ids, strict=True)):
@@ -176,7 +151,7 @@ class TimerService:
             max_fires=spec.max_fires,
         )
         partition = partition_for(tenant.name, timer_id, tenant.spread)
-        return self._with_expiry(replace(timer, rev=1, partition=partition), now)
+        return self.changes.with_expiry(replace(timer, rev=1, partition=partition), now)
 
     def _create_once(
         self,
@@ -224,28 +199,7 @@ class TimerService:
         """Store timers whose ids an idempotency record holds. One that exists already was
         stored by another request with the key: the same timer (same body, id and clock)."""
         with contextlib.suppress(ConcurrentUpdate):
-            self._store_new(created, take_back=False)
-
-    def _store_new(self, created: Sequence[Timer], take_back: bool) -> None:
-        """Wakeups first (a wakeup without its timer is dead), then the timers (their big
-        payloads first), then the fast path: what is due within the look-ahead goes into Redis
-        now. ``take_back``: a batch that fails takes back what it wrote (its ids are new: no
-        other request can know them)."""
-        one_shots = [t for t in created if _member(t) is not None and not is_recurring(t.schedule)]
-        if one_shots:
-            self.wakeups.put(self.wakeups.items((t.partition, _placed(t)) for t in one_shots))
-        try:
-            self.timers.create(created)
-        except Exception:
-            if take_back:
-                self.timers.remove_new(created)
-            raise
-        soon = [t for t in created if self._due_soon(t)]
-        if soon and self.index is not None:
-            try:
-                self.index.ensure([(t.partition, _placed(t), timers.to_card(t)) for t in soon])
-            except Exception:  # the migrator puts them in from DynamoDB; this only costs time
-                log.warning("fast path failed; the migrator will catch up", exc_info=True)
+            self.changes.store_new(created, take_back=False)
 
     def _targets(
         self,
@@ -285,7 +239,7 @@ class TimerService:
     # ---------------------------------------------------------------- read
 
     def get(self, tenant: Tenant, timer_id: str) -> dict[str, Any]:
-        return timer_view(self._current(self._load(tenant, timer_id))[0])
+        return timer_view(self.changes.current(self._load(tenant, timer_id))[0])
 
     def list(
         self, tenant: Tenant, status: str | None, limit: int, cursor: str | None
@@ -301,7 +255,8 @@ class TimerService:
         while len(items) < limit and read < LIST_READ_LIMIT:
             page, next_after = self.timers.page(tenant.name, after, batch)
             read += batch
-            shown = self._resolve(page, consistent=False)
+            cursors = self.changes.walks(page, consistent=False)
+            shown = [resolved(t, c) for t, c in zip(page, cursors, strict=True)]
             matches = [t for t in shown if status is None or t.status == status]
             wanted = limit - len(items)
             if len(matches) >= wanted:  # the page is full: go on after its last timer
@@ -320,27 +275,16 @@ class TimerService:
     def fire_history(
         self, tenant: Tenant, timer_id: str, limit: int, cursor: str | None
     ) -> dict[str, Any]:
-        """Newest first, from the claim entries: the timer is found for this tenant first."""
-        timer, at = self._current(self._load(tenant, timer_id))
+        """Newest first, from the fire log: the timer is found for this tenant first."""
+        timer, at = self.changes.current(self._load(tenant, timer_id))
         scope = f"fires:{timer_id}"
         before = decode_cursor(cursor, tenant, scope)
         newest = at.pos if at.pending is not None else timer.last_fire_pos
-        start = int(before) if before is not None else newest
-        [(fires, more)] = drive(
-            [history(timer.partition, timer.id, start, limit)], self.claims.read
+        fires, more = self.changes.fires(
+            timer, int(before) if before is not None else newest, limit
         )
-        hooks = [entry_ref(timer.partition, timer.id, pos) for pos, entry in fires if entry.hook]
-        deliveries = self.claims.read_deliveries(hooks) if hooks else {}
         return {
-            "items": [
-                fire_view(
-                    timer.id,
-                    pos,
-                    entry,
-                    deliveries.get(entry_ref(timer.partition, timer.id, pos)),
-                )
-                for pos, entry in fires
-            ],
+            "items": [fire_view(timer.id, pos, entry, record) for pos, entry, record in fires],
             "next_cursor": encode_cursor(None if more is None else str(more), tenant, scope),
         }
 
@@ -352,20 +296,6 @@ class TimerService:
         if timer is None:
             raise NotFound(f"no timer {timer_id!r}")
         return timer
-
-    def _resolve(self, stored: Sequence[Timer], consistent: bool = False) -> Sequence[Timer]:
-        return [resolved(t, c) for t, c in zip(stored, self._walk(stored, consistent), strict=True)]
-
-    def _walk(self, stored: Sequence[Timer], consistent: bool) -> builtins.list[Cursor]:
-        return drive(
-            [walk(t) for t in stored],
-            lambda refs: self.claims.read(refs, consistent=consistent),
-        )
-
-    def _current(self, stored: Timer) -> tuple[Timer, Cursor]:
-        """The derived timer, and its cursor (consistent reads)."""
-        (cursor,) = self._walk([stored], consistent=True)
-        return resolved(stored, cursor), cursor
 
     # ---------------------------------------------------------------- change
 
@@ -390,162 +320,11 @@ class TimerService:
     def _change(
         self, tenant: Tenant, timer_id: str, change: Callable[[Timer, int], Timer] | None
     ) -> dict[str, Any]:
-        """Re-read, derive, apply, and commit in one transaction that is ordered with the claim
-        of the timer's cursor (docs/fire-path.md, R5): an unclaimed cursor is fenced; a claimed
-        one is owed - it is still sent, and the change is *adopted* into its entry, so the new
-        revision continues after it. A claim or another change that got there first makes the
-        transaction fail, and the change starts over."""
-
-        def attempt() -> dict[str, Any]:
-            stored = self._load(tenant, timer_id)
-            current, cursor = self._current(stored)
-            base = settled(stored, cursor)  # as if the owed fire, if any, had finished
-            now = self.clock()
-            after = None if change is None else change(base, now)
-            if after is not None and after == base:
-                return timer_view(current)
-            new_rev = stored.rev + 1
-            if after is not None:
-                after = replace(after, rev=new_rev, owed=False)
-                if after.anchor_ms != base.anchor_ms:  # a new schedule
-                    after = self._first_unclaimed(after)
-            owed, pos = cursor.pending, cursor.pos
-            writes: list[dict[str, Any]] = []
-            kept, listed = after, [after]
-            if owed is not None and pos is not None:
-                ref = entry_ref(stored.partition, stored.id, pos)
-                if after is not None:  # a deleted timer's owed fire goes if its claimant lives
-                    writes.append(self.claims.adopt_update(ref, _adopted(owed, after), owed))
-                    # The stored cursor stays on the owed fire until it is recorded (R3); until
-                    # then the timer counts as active and stays findable (R4).
-                    kept = replace(
-                        after,
-                        next_fire_ms=pos,
-                        fire_count=cursor.n,
-                        last_fire_pos=cursor.last,
-                        status="active" if after.status == "completed" else after.status,
-                        owed=after.status != "active",
-                    )
-                    listed = [kept, after]
-            elif pos is not None:
-                ref = entry_ref(stored.partition, stored.id, pos)
-                writes.append(self.claims.fence_update(ref, tombstone(new_rev)))
-            if kept is not None:
-                kept = self._with_expiry(kept, now, later=after)
-            writes[:0] = self.timers.change_writes(stored, kept)
-            placed = [(t.partition, m) for t in listed if t and (m := _member(t, listed=True))]
-            for wakeup in self.wakeups.items(placed) if placed else []:
-                writes.append({"Put": {"TableName": _table(wakeup), "Item": wakeup.serialize()}})
-            self.timers.transact(writes)
-            self._sync(stored, kept, new_rev, adopted=owed is not None)
-            if kept is None:
-                return {}
-            shown = Cursor(kept.next_fire_ms, kept.fire_count, kept.last_fire_pos, owed)
-            return timer_view(resolved(kept, shown))
-
-        return _retry_on_conflict(attempt)
-
-    def _first_unclaimed(self, timer: Timer) -> Timer:
-        """A new schedule starts at an occurrence the timer has not claimed: fire ids are
-        ``<timer id>:<due ms>``, and one that fired is never fired again. A recurring schedule
-        moves on to its next occurrence; a one-shot at a time that already fired is refused."""
-        for _ in range(WRITE_ATTEMPTS):
-            pos = timer.next_fire_ms
-            if pos is None:
-                return timer
-            ref = entry_ref(timer.partition, timer.id, pos)
-            found = self.claims.read([ref], consistent=True)[ref]
-            if found is None or found.state == "t":
-                return timer
-            if not is_recurring(timer.schedule):
-                raise InvalidInput(
-                    "the timer already fired at that time",
-                    [FieldError("schedule", f"{format_ms(pos)} already fired; choose another")],
-                )
-            timer = timers.with_cursor(timer, next_fire(timer.plan, pos))
-        raise ConcurrentUpdate("the new schedule's first occurrences are all claimed")
-
-    def _sync(self, before: Timer, after: Timer | None, rev: int, adopted: bool) -> None:
-        """Keep Redis in step with a committed change; DynamoDB stays the truth if Redis is
-        unreachable (the fence already stops the old position). An adopted change only updates
-        the timer's card: the owed fire's member stays the head, and chains the new revision."""
-        if self.index is None:
-            return
-        try:
-            if adopted and after is not None:
-                self.index.recard(before.partition, before.id, rev, timers.to_card(after))
-                return
-            soon = after is not None and self._due_soon(after)
-            self.index.replace(
-                before.partition,
-                before.id,
-                rev,
-                _placed(after) if soon and after is not None else None,
-                timers.to_card(after) if soon and after is not None else None,
-            )
-        except Exception:
-            log.warning("fast path failed; the migrator will catch up", exc_info=True)
-
-    def _due_soon(self, timer: Timer) -> bool:
-        member = _member(timer)
-        return member is not None and member.due <= self.clock() + self.lookahead_ms
-
-    def _with_expiry(self, timer: Timer, now: int, later: Timer | None = None) -> Timer:
-        """When the timer is deleted: a one-shot ``retention`` after it fires - its due time, or
-        now if that has passed (set ahead, so firing it writes nothing; ``later``: the
-        re-armed one-shot that follows an owed fire); a timer completed by a change
-        ``retention`` from now."""
-        if timer.status == "completed":
-            return replace(timer, expires_ms=now + self.retention_ms)
-        dues = [t.next_fire_ms for t in (timer, later) if t is not None and t.status == "active"]
-        due = max((d for d in dues if d is not None), default=None)
-        if timer.status == "active" and due is not None and not is_recurring(timer.schedule):
-            # from its fire, which is now at the earliest (a one-shot resumed after a long pause)
-            return replace(timer, expires_ms=max(due, now) + self.retention_ms)
-        return replace(timer, expires_ms=None)
-
-
-def _member(timer: Timer, listed: bool = False) -> Member | None:
-    """The Redis member an active timer's cursor stands for; ``listed``: the wakeup listing a
-    one-shot needs for it (also while it owes a claimed fire)."""
-    if listed and is_recurring(timer.schedule):
-        return None
-    live = timer.status == "active" or (listed and timer.owed)
-    if not live or timer.next_fire_ms is None:
-        return None
-    return Member(
-        timer.tenant, timer.id, timer.next_fire_ms, timer.rev, timer.fire_count,
-        timer.last_fire_pos,
-    )  # fmt: skip
-
-
-def _placed(timer: Timer) -> Member:
-    member = _member(timer)
-    assert member is not None
-    return member
-
-
-def _adopted(owed: Entry, after: Timer) -> Entry:
-    """A pending entry handed to the change's revision: its successor is the change's next
-    position (a pause leaves it be: nothing chains a paused timer)."""
-    if after.status == "paused":
-        return replace(owed, rev=after.rev)
-    following = after.next_fire_ms if after.status == "active" else None
-    return replace(owed, rev=after.rev, next=following, end=following is None)
-
-
-def _table(item: Any) -> str:
-    return str(type(item).Meta.table_name)
-
-
-def _retry_on_conflict(attempt: Callable[[], T]) -> T:
-    """Optimistic concurrency: re-read and re-apply when a claim or another writer won."""
-    for _ in range(WRITE_ATTEMPTS - 1):
-        try:
-            return attempt()
-        except ConcurrentUpdate:
-            continue
-    return attempt()
+        changed = self.changes.change(tenant.name, timer_id, change)
+        if changed is None:
+            return {}
+        timer, shown = changed
+        return timer_view(resolved(timer, shown))
 
 
 _ADDED_LATER = ("target_url", "target_headers")  # left out while unset: old hashes still match

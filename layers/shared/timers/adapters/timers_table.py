@@ -2,17 +2,16 @@
 
 Key ``(tenant, timer_id)``: keying on the tenant walls tenants off by construction. A timer is
 written when its user changes it; a trigger only moves its checkpoint (every 128 fires, after a
-misfire jump, when the chain leaves Redis) and marks a recurring timer completed. The sparse
-GSI ``due-index (due_shard, ckpt_ms)`` holds active recurring timers, projecting ``rev`` and
-``part``. A payload over INLINE_PAYLOAD_BYTES lives in its own item ``(tenant, "<id>#payload")``
-so rewriting the timer never costs the payload's size.
+misfire jump, when the chain leaves Redis) and marks a recurring timer completed. Where the
+migrator finds timers is the wake listings' business (timers.engine.wake). A payload over
+INLINE_PAYLOAD_BYTES lives in its own item ``(tenant, "<id>#payload")`` so rewriting the timer
+never costs the payload's size.
 """
 
 from __future__ import annotations
 
 import json
 import time
-import zlib
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -21,13 +20,12 @@ from botocore.exceptions import ClientError
 from pynamodb.attributes import BooleanAttribute, NumberAttribute, TTLAttribute, UnicodeAttribute
 from pynamodb.exceptions import PutError, TransactWriteError, UpdateError
 from pynamodb.expressions.update import Action
-from pynamodb.indexes import GlobalSecondaryIndex, IncludeProjection
 from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
 from timers.adapters.dynamodb import LowLevelClient, failed_because
 from timers.core.errors import ConcurrentUpdate
-from timers.core.schedule import is_recurring, schedule_from_dict, schedule_to_dict
+from timers.core.schedule import schedule_from_dict, schedule_to_dict
 from timers.core.timer import Timer
 from timers.core.webhooks import Webhook
 
@@ -36,15 +34,6 @@ INLINE_PAYLOAD_BYTES = 512
 write unit); bigger ones in their own item."""
 
 PAYLOAD_SUFFIX = "#payload"
-
-
-class DueIndex(GlobalSecondaryIndex["TimerItem"]):
-    class Meta:
-        index_name = "due-index"
-        projection = IncludeProjection(["rev", "part"])
-
-    due_shard = UnicodeAttribute(hash_key=True)
-    ckpt_ms = NumberAttribute(range_key=True)
 
 
 class TimerItem(Model):
@@ -69,12 +58,10 @@ class TimerItem(Model):
     ckpt_pv = NumberAttribute(null=True)  # and the chain position before it
     rev = NumberAttribute()
     part = NumberAttribute()  # the claim partition (its Redis bucket: part % BucketCount)
-    due_shard = UnicodeAttribute(null=True)  # active recurring timers, or owing a claimed fire
     owed = BooleanAttribute(null=True)  # a fire claimed before the last change is still unsent
     created_ms = NumberAttribute()
     updated_ms = NumberAttribute()
     expires_at = TTLAttribute(null=True)
-    due_index = DueIndex()
 
 
 class PayloadItem(Model):
@@ -96,10 +83,6 @@ def _wall_clock_ms() -> int:
 def bind(table: str) -> None:
     TimerItem.Meta.table_name = table
     PayloadItem.Meta.table_name = table
-
-
-def due_shard(timer_id: str, shards: int) -> str:
-    return str(zlib.crc32(timer_id.encode()) % shards)
 
 
 def _int(value: Any) -> int | None:
@@ -158,10 +141,7 @@ def _external(timer: Timer) -> bool:
 class TimerStore(LowLevelClient):
     """Reads and writes of timers; every call is scoped to one tenant's key."""
 
-    def __init__(
-        self, due_shards: int, client: Any = None, clock: Callable[[], int] = _wall_clock_ms
-    ) -> None:
-        self.due_shards = due_shards
+    def __init__(self, client: Any = None, clock: Callable[[], int] = _wall_clock_ms) -> None:
         self._client = client
         self._clock = clock  # expired items are hidden, as DynamoDB's TTL deletes them late
 
@@ -173,11 +153,6 @@ class TimerStore(LowLevelClient):
 
     def item(self, timer: Timer) -> TimerItem:
         """The timer's stored item; its checkpoint is the timer's cursor as given."""
-        indexed = (
-            (timer.status == "active" or timer.owed)
-            and timer.next_fire_ms is not None
-            and is_recurring(timer.schedule)
-        )
         return TimerItem(
             timer.tenant,
             timer.id,
@@ -197,7 +172,6 @@ class TimerStore(LowLevelClient):
             ckpt_pv=timer.last_fire_pos,
             rev=timer.rev,
             part=timer.partition,
-            due_shard=due_shard(timer.id, self.due_shards) if indexed else None,
             created_ms=timer.created_ms,
             updated_ms=timer.updated_ms,
             expires_at=_datetime(timer.expires_ms),
@@ -261,21 +235,6 @@ class TimerStore(LowLevelClient):
     def _live(self, item: TimerItem) -> bool:
         expires = _ms(item.expires_at)
         return expires is None or expires > self._clock()
-
-    def due_page(
-        self, shard: str, until_ms: int, limit: int, start: dict[str, Any] | None
-    ) -> tuple[list[tuple[str, str, int, int, int]], dict[str, Any] | None]:
-        """Active recurring timers of a shard whose checkpoint is due by ``until_ms``, oldest
-        first: (tenant, timer id, checkpoint, rev, bucket); and where to continue."""
-        results = TimerItem.due_index.query(
-            shard,
-            range_key_condition=TimerItem.ckpt_ms <= until_ms,
-            limit=limit,
-            page_size=min(limit, 1_000),
-            last_evaluated_key=start,
-        )
-        rows = [(i.tenant, i.timer_id, int(i.ckpt_ms), int(i.rev), int(i.part)) for i in results]
-        return rows, (results.last_evaluated_key if len(rows) >= limit else None)
 
     # ---------------------------------------------------------------- writes
 
@@ -374,7 +333,6 @@ class TimerStore(LowLevelClient):
             TimerItem.ckpt_ms.remove(),
             TimerItem.ckpt_n.set(n),
             TimerItem.ckpt_pv.set(last) if last is not None else TimerItem.ckpt_pv.remove(),
-            TimerItem.due_shard.remove(),
             TimerItem.owed.remove(),
             TimerItem.expires_at.set(_at(expires_ms)),
         ]
@@ -400,8 +358,8 @@ class TimerStore(LowLevelClient):
         return True
 
     def settle_owed(self, timer: Timer) -> bool:
-        """An inactive timer whose owed fire finished leaves the due index (at its revision)."""
-        return self._update(timer, [TimerItem.owed.remove(), TimerItem.due_shard.remove()])
+        """An inactive timer whose owed fire finished owes nothing more (at its revision)."""
+        return self._update(timer, [TimerItem.owed.remove()])
 
     def _update(self, timer: Timer, actions: list[Any]) -> bool:
         try:

@@ -23,8 +23,6 @@ from timers.core.schedule import (
     first_fire,
     is_recurring,
     next_fire,
-    schedule_from_dict,
-    schedule_to_dict,
     validate_plan,
 )
 from timers.core.webhooks import Webhook
@@ -239,51 +237,3 @@ def advance(timer: Timer, fire_ms: int | None, now_ms: int) -> Timer:
     fire_count = timer.fire_count + (0 if fire_ms is None else 1)
     upcoming = next_fire(timer.plan, now_ms if fire_ms is None else fire_ms)
     return _settle(replace(timer, fire_count=fire_count), upcoming)
-
-
-# ---------------------------------------------------------------- the trigger's copy
-
-
-def to_card(timer: Timer) -> str:
-    """What a trigger needs of a timer, as Redis keeps it beside the timer's members:
-    ``"<rev>|<json>"`` (the revision first, so scripts compare it without decoding JSON)."""
-    body = {
-        "s": schedule_to_dict(timer.schedule),
-        "a": timer.anchor_ms,
-        "st": timer.start_ms,
-        "en": timer.end_ms,
-        "mx": timer.max_fires,
-        "mf": timer.misfire,
-        "q": timer.target_queue_url,
-        "nm": timer.name,
-        "p": timer.payload_json,
-        "b": timer.partition,
-        "z": timer.status,
-    }
-    if timer.webhook is not None:
-        body["w"] = timer.webhook.to_dict()
-    return f"{timer.rev}|{json.dumps(body, separators=(',', ':'), ensure_ascii=False)}"
-
-
-def from_card(tenant: str, timer_id: str, card: str) -> Timer:
-    rev, text = card.split("|", 1)
-    body = json.loads(text)
-    return Timer(
-        tenant=tenant,
-        id=timer_id,
-        schedule=schedule_from_dict(body["s"]),
-        anchor_ms=body["a"],
-        target_queue_url=body["q"],
-        payload_json=body["p"],
-        misfire=body["mf"],
-        name=body["nm"],
-        start_ms=body["st"],
-        end_ms=body["en"],
-        max_fires=body["mx"],
-        rev=int(rev),
-        partition=body["b"],
-        status=body.get("z", "active"),
-        webhook=Webhook(body["w"]["url"], tuple(body["w"]["headers"].items()))
-        if body.get("w")
-        else None,
-    )

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from timers.core.chain import Entry
 from timers.core.schedule import schedule_to_dict
 from timers.core.timer import Timer, fire_id
 from timers.core.times import format_ms
 from timers.core.webhooks import DeliveryState
+from timers.engine.entries import Entry
 
 STATUS_OF: dict[str, str] = {"p": "pending", "d": "enqueued", "f": "failed"}
 
@@ -19,7 +19,7 @@ def _time(ms: int | None) -> str | None:
 
 
 def timer_view(timer: Timer) -> dict[str, Any]:
-    """A timer as a user sees it (give it the derived timer: timers.core.chain.resolved)."""
+    """A timer as a user sees it (give it the derived timer: timers.engine.entries.resolved)."""
     return {
         "id": timer.id,
         "name": timer.name,

@@ -1,0 +1,284 @@
+"""What the api asks of the fire path: store new timers, derive what a timer shows, and change
+one so that the change is ordered with the claim of its cursor (R5 in docs/fire-path.md).
+
+A change is one transaction: the timer at ``rev + 1``, its wake listing, and on its cursor
+either a fence (the cursor unclaimed) or an adoption (the cursor claimed: the owed fire is still
+sent, and the new revision continues after it). A claim that got there first fails the
+transaction, and the change starts over from a fresh walk.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, TypeVar
+
+from timers.core.errors import ConcurrentUpdate, FieldError, InvalidInput, NotFound
+from timers.core.schedule import is_recurring, next_fire
+from timers.core.timer import Timer, with_cursor
+from timers.core.times import format_ms
+from timers.core.webhooks import DeliveryState
+from timers.engine.entries import (
+    Cursor,
+    Entry,
+    drive,
+    entry_ref,
+    fence,
+    history,
+    resolved,
+    settled,
+    walk,
+)
+from timers.engine.index import BucketIndex, Card, member_of
+from timers.engine.log import FireLog
+from timers.engine.wake import Listing, WakeStore
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+WRITE_ATTEMPTS = 5
+Change = Callable[[Timer, int], Timer]
+
+
+class TimerPort(Protocol):
+    """``timers.adapters.timers_table.TimerStore``."""
+
+    def get(self, tenant: str, timer_id: str, consistent: bool = True) -> Timer | None: ...
+    def create(self, timers: Sequence[Timer]) -> None: ...
+    def remove_new(self, timers: Sequence[Timer]) -> None: ...
+    def change_writes(self, before: Timer, after: Timer | None) -> list[dict[str, Any]]: ...
+    def transact(self, writes: Sequence[dict[str, Any]]) -> None: ...
+    def checkpoint(self, timer: Timer, pos: int | None, n: int, last: int | None) -> bool: ...
+    def complete(self, timer: Timer, n: int, last: int | None, expires_ms: int) -> bool: ...
+
+
+def listing_of(timer: Timer, pos: int | None = None) -> Listing | None:
+    """The wake listing a live timer needs at its checkpoint (or ``pos``)."""
+    at = timer.next_fire_ms if pos is None else pos
+    live = timer.status == "active" or timer.owed
+    return (
+        Listing(timer.tenant, timer.id, timer.rev, at, timer.partition)
+        if live and at is not None
+        else None
+    )
+
+
+def card_of(timer: Timer, cursor: Cursor | None = None) -> Card:
+    """The timer's card at its cursor (default: its stored checkpoint, as after a change)."""
+    pos, n, last = (
+        (timer.next_fire_ms, timer.fire_count, timer.last_fire_pos)
+        if cursor is None
+        else (cursor.pos, cursor.n, cursor.last)
+    )
+    assert pos is not None
+    return Card(timer, pos, n, last, timer.next_fire_ms or pos)
+
+
+@dataclass
+class Checkpoints:
+    """A recurring timer's checkpoint moves: its new listing first, then the timer (R3, R4).
+    The listing it had is dead from then on; the migrator deletes it."""
+
+    timers: TimerPort
+    wake: WakeStore
+    clock: Callable[[], int]
+
+    def move(self, timer: Timer, pos: int, n: int, last: int | None) -> bool:
+        listing = Listing(timer.tenant, timer.id, timer.rev, pos, timer.partition)
+        self.wake.put(self.wake.items([listing], self.clock()))
+        return self.timers.checkpoint(timer, pos, n, last)
+
+    def complete(self, timer: Timer, n: int, last: int | None, expires_ms: int) -> bool:
+        return self.timers.complete(timer, n, last, expires_ms)
+
+
+@dataclass
+class Changes:
+    timers: TimerPort
+    log: FireLog
+    wake: WakeStore
+    index: BucketIndex | None
+    clock: Callable[[], int]
+    lookahead_ms: int
+    retention_ms: int
+
+    # ---------------------------------------------------------------- create
+
+    def store_new(self, created: Sequence[Timer], take_back: bool) -> None:
+        """Listings first (a listing without its timer is young, then dead: R4), then the
+        timers, then the fast path: what is due within the look-ahead goes into Redis now.
+        ``take_back``: a failure takes back what was written (new ids: nobody else knows them)."""
+        listings = [x for t in created if (x := listing_of(t))]
+        if listings:
+            self.wake.put(self.wake.items(listings, self.clock()))
+        try:
+            self.timers.create(created)
+        except Exception:
+            if take_back:
+                self.timers.remove_new(created)
+            raise
+        self._fast_path([card_of(t) for t in created if self._due_soon(t)])
+
+    # ---------------------------------------------------------------- read
+
+    def walks(self, stored: Sequence[Timer], consistent: bool) -> list[Cursor]:
+        return drive([walk(t) for t in stored], lambda refs: self.log.read(refs, consistent))
+
+    def current(self, stored: Timer) -> tuple[Timer, Cursor]:
+        """The derived timer and its cursor (consistent reads)."""
+        (cursor,) = self.walks([stored], consistent=True)
+        return resolved(stored, cursor), cursor
+
+    def fires(
+        self, timer: Timer, start: int | None, limit: int
+    ) -> tuple[list[tuple[int, Entry, DeliveryState | None]], int | None]:
+        """Up to ``limit`` fires newest first from ``start``, with HTTP fires' delivery records;
+        and where to go on."""
+        [(found, more)] = drive([history(timer.partition, timer.id, start, limit)], self.log.read)
+        refs = {pos: entry_ref(timer.partition, timer.id, pos) for pos, e in found if e.hook}
+        records = self.log.read_deliveries(refs.values()) if refs else {}
+        return [(pos, e, records.get(refs[pos]) if pos in refs else None) for pos, e in found], more
+
+    # ---------------------------------------------------------------- change
+
+    def change(
+        self, tenant: str, timer_id: str, change: Change | None
+    ) -> tuple[Timer, Cursor] | None:
+        """Apply ``change`` (None: delete) to the derived timer and commit it in one transaction
+        ordered with the claim of its cursor. Returns the timer as stored and what it shows
+        (its cursor: an owed fire stays pending until recorded); None once deleted."""
+        for attempt in range(WRITE_ATTEMPTS):
+            try:
+                return self._attempt(tenant, timer_id, change)
+            except ConcurrentUpdate:
+                if attempt + 1 == WRITE_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _attempt(
+        self, tenant: str, timer_id: str, change: Change | None
+    ) -> tuple[Timer, Cursor] | None:
+        stored = self.timers.get(tenant, timer_id)
+        if stored is None:
+            raise NotFound(f"no timer {timer_id!r}")
+        _, cursor = self.current(stored)
+        base = settled(stored, cursor)  # as if the owed fire, if any, had finished
+        now = self.clock()
+        after = None if change is None else change(base, now)
+        if after is not None and after == base:
+            return stored, cursor
+        rev = stored.rev + 1
+        if after is not None:
+            after = replace(after, rev=rev, owed=False)
+            if after.anchor_ms != base.anchor_ms:  # a new schedule
+                after = self._first_unclaimed(after)
+        owed, pos = cursor.pending, cursor.pos
+        writes: list[dict[str, Any]] = []
+        kept = after
+        if owed is not None and pos is not None:
+            if after is not None:  # a deleted timer's owed fire goes if its claimant lives
+                writes.append(
+                    self.log.adopt_update(
+                        entry_ref(stored.partition, stored.id, pos), _adopted(owed, after), owed
+                    )
+                )
+                # the checkpoint stays on the owed fire until it is recorded (R3); the timer
+                # stays live and findable meanwhile (R4)
+                kept = replace(
+                    after,
+                    next_fire_ms=pos,
+                    fire_count=cursor.n,
+                    last_fire_pos=cursor.last,
+                    owed=after.status != "active",
+                    status="active" if after.status == "completed" else after.status,
+                )
+        elif pos is not None:
+            writes.append(
+                self.log.fence_update(entry_ref(stored.partition, stored.id, pos), fence(rev))
+            )
+        if kept is not None:
+            kept = self.with_expiry(kept, now, later=after)
+            if listing := listing_of(kept):
+                writes += [
+                    {"Put": {"TableName": self.wake.table, "Item": self.wake.serialize(item)}}
+                    for item in self.wake.items([listing], now)
+                ]
+        writes[:0] = self.timers.change_writes(stored, kept)
+        self.timers.transact(writes)
+        self._sync(stored, kept, rev)
+        if kept is None:
+            return None
+        return kept, Cursor(kept.next_fire_ms, kept.fire_count, kept.last_fire_pos, owed)
+
+    def _first_unclaimed(self, timer: Timer) -> Timer:
+        """A new schedule starts at an occurrence the timer never claimed (fire ids are
+        ``<timer>:<due>``): a recurring one moves on; a one-shot at a fired time is refused."""
+        for _ in range(WRITE_ATTEMPTS):
+            pos = timer.next_fire_ms
+            if pos is None:
+                return timer
+            ref = entry_ref(timer.partition, timer.id, pos)
+            found = self.log.read([ref], consistent=True)[ref]
+            if found is None or found.state == "t":
+                return timer
+            if not is_recurring(timer.schedule):
+                raise InvalidInput(
+                    "the timer already fired at that time",
+                    [FieldError("schedule", f"{format_ms(pos)} already fired; choose another")],
+                )
+            timer = with_cursor(timer, next_fire(timer.plan, pos))
+        raise ConcurrentUpdate("the new schedule's first occurrences are all claimed")
+
+    def _sync(self, before: Timer, after: Timer | None, rev: int) -> None:
+        """Keep Redis in step with a committed change; DynamoDB stays the truth if Redis is
+        unreachable (the fence already stops the old card; the listing brings the new one). An
+        adopted change keeps the card's position: the owed fire's run chains the new revision."""
+        if self.index is None:
+            return
+        try:
+            if (
+                after is not None
+                and (after.status == "active" or after.owed)
+                and self._due_soon(after)
+            ):
+                self.index.put([card_of(after)])
+            else:
+                self.index.drop(before.partition, member_of(before.tenant, before.id), rev)
+        except Exception:
+            log.warning("fast path failed; the migrator will catch up", exc_info=True)
+
+    def _fast_path(self, cards: Sequence[Card]) -> None:
+        if cards and self.index is not None:
+            try:
+                self.index.put(cards)
+            except Exception:  # the migrator puts them in from their listings; only time lost
+                log.warning("fast path failed; the migrator will catch up", exc_info=True)
+
+    def _due_soon(self, timer: Timer) -> bool:
+        due = timer.next_fire_ms
+        return (
+            due is not None
+            and (timer.status == "active" or timer.owed)
+            and due <= self.clock() + self.lookahead_ms
+        )
+
+    def with_expiry(self, timer: Timer, now: int, later: Timer | None = None) -> Timer:
+        """When the timer is deleted (TTL): a one-shot ``retention`` after it fires (its due
+        time, or now if that passed; ``later``: the re-armed one-shot after an owed fire); a
+        timer completed by a change ``retention`` from now; others never."""
+        if timer.status == "completed":
+            return replace(timer, expires_ms=now + self.retention_ms)
+        dues = [t.next_fire_ms for t in (timer, later) if t is not None and t.status == "active"]
+        due = max((d for d in dues if d is not None), default=None)
+        if timer.status == "active" and due is not None and not is_recurring(timer.schedule):
+            return replace(timer, expires_ms=max(due, now) + self.retention_ms)
+        return replace(timer, expires_ms=None)
+
+
+def _adopted(owed: Entry, after: Timer) -> Entry:
+    """A pending entry handed to the change's revision: its successor is the change's next
+    position (a pause leaves it be: nothing chains a paused timer)."""
+    if after.status == "paused":
+        return replace(owed, rev=after.rev)
+    following = after.next_fire_ms if after.status == "active" else None
+    return replace(owed, rev=after.rev, next=following, end=following is None)

@@ -1,0 +1,244 @@
+"""Fan-out: start each bucket's trigger run shortly before its earliest card falls due, and
+notice a bucket that lost its data.
+
+EventBridge starts a fan-out every minute; a run goes on a little over a minute, so runs
+overlap and a late start leaves no gap. Every POLL_MS a run peeks at every bucket in one round
+trip (its head, its backlog, its sentinel, its warmth). For each bucket due within its lead,
+smallest backlog first, it wants ``ceil(backlog / PER_TRIGGER)`` runs (at most MAX_PARALLEL) and
+starts each whose marker it can set (``SET NX``): overlapping fan-outs never start a bucket
+twice, and there is no lock or key shared by all buckets. A bucket without its sentinel (a
+flush, a shard that came back empty), restoring for too long, or unreachable and back (a
+failover may have lost writes) is handed to the migrator at once, for that bucket only.
+
+A bucket whose runs are likely cold (none started for COLD_AFTER_MS) is started earlier, by
+its trigger's measured cold start; a run that comes up early leases nothing and ends, and the
+next peek starts it again, warm. The loop yields the instants it wants to wake at, so tests
+interleave runs on one fake clock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from timers.engine import keys
+from timers.engine.index import Peek
+
+logger = logging.getLogger(__name__)
+
+POLL_MS = 100
+LEAD_MS = 150
+"""A run is started this long before its bucket's head: an async invoke and a warm start
+(~20-50 ms in AWS); with POLL_MS it comes up 100-250 ms ahead, within the trigger's ARM_MS."""
+PER_TRIGGER = 250  # backlog per concurrent run of one bucket: what a run sends in well under 1 s
+MAX_PARALLEL = 8
+START_TTL_MS = 5_000  # a marker lives this long until its run extends it (an invoke never run)
+COLD_AFTER_MS = 60_000
+"""A bucket with no run started for this long counts as cold (Lambda retires idle sandboxes
+after minutes): counting warm sandboxes as cold costs an extra short invocation, the reverse a
+cold start's lag."""
+MAX_COLD_START_MS = 6_000  # samples, estimates and the cold lead are clamped to 0..this
+COLD_HEADROOM = 2  # a cold bucket is started this many estimates early (cold starts vary 2x)
+DEFAULT_COLD_START_MS = MAX_COLD_START_MS // COLD_HEADROOM
+COLD_DECAY = 0.75  # a decaying peak: a slower start raises it at once, faster ones lower it
+RAN_WRITE_MS = 10_000  # a bucket's last run is written to Redis at most this often
+RESTORE_MS = 60_000  # a bucket restoring for longer is handed to the migrator again
+INVOKE_WORKERS = 16
+MAX_RUN_MS = 70_000  # a minute plus slack: the next run overlaps this one
+STOP_MARGIN_MS = 5_000
+
+
+class DispatchIndex(Protocol):
+    bucket_count: int
+
+    def peek(self, buckets: Sequence[int], until: int) -> Mapping[int, Peek | Exception]: ...
+    def start_run(self, bucket: int, slot: int, token: str, ttl_ms: int) -> bool: ...
+    def end_run(self, bucket: int, slot: int, token: str) -> bool: ...
+    def swap_field(self, bucket: int, name: str, expected: str | None, new: str) -> bool: ...
+    def set_field(self, bucket: int, name: str, value: str | int) -> None: ...
+
+
+@dataclass(frozen=True)
+class FanoutDeps:
+    index: DispatchIndex
+    invoke: Callable[..., Any]  # boto3 Lambda client's ``invoke`` (or a test's recorder)
+    trigger_function: str
+    migrator_function: str  # asked to restore a lost bucket
+    clock: Callable[[], int]  # epoch ms
+    sleep: Callable[[float], None]  # seconds
+    new_token: Callable[[], str] = field(default=lambda: uuid.uuid4().hex[:12])
+
+
+@dataclass
+class FanoutReport:
+    polls: int = 0
+    invocations: int = 0
+    cold_invocations: int = 0  # runs started early because the bucket was cold
+    failed_invocations: int = 0
+    busy: int = 0  # runs wanted whose slot was taken (queued or running)
+    errors: int = 0  # buckets that did not answer a peek
+    restores: int = 0  # buckets handed to the migrator
+
+    def summary(self) -> dict[str, int]:
+        return dict(vars(self))
+
+
+def runs_wanted(backlog: int) -> int:
+    return min(MAX_PARALLEL, max(1, math.ceil(backlog / PER_TRIGGER)))
+
+
+def cold_lead_ms(estimate: int | None) -> int:
+    value = DEFAULT_COLD_START_MS if estimate is None else estimate
+    return min(max(0, COLD_HEADROOM * value), MAX_COLD_START_MS)
+
+
+def is_cold(last_run_ms: int | None, now_ms: int) -> bool:
+    return last_run_ms is None or now_ms - last_run_ms > COLD_AFTER_MS
+
+
+def next_cold_estimate(previous: int | None, sample_ms: int) -> int:
+    """Fold one cold start into the estimate: a decaying peak."""
+    sample = min(max(0, sample_ms), MAX_COLD_START_MS)
+    if previous is None:
+        return sample
+    return max(sample, math.floor(previous * COLD_DECAY + sample * (1 - COLD_DECAY) + 0.5))
+
+
+def cold_start_sample(at_ms: int | None, initialized_ms: int, started_ms: int) -> int | None:
+    """A trigger's cold start (invoke -> handler), for its sandbox's first invocation, if the
+    fan-out invoked it before the sandbox initialized (one started ahead measured nothing)."""
+    if at_ms is None or at_ms > initialized_ms:
+        return None
+    return max(0, started_ms - at_ms)
+
+
+def run_deadline(start_ms: int, remaining_ms: int) -> int:
+    return start_ms + max(0, min(MAX_RUN_MS, remaining_ms - STOP_MARGIN_MS))
+
+
+class Fanout:
+    """One fan-out run."""
+
+    def __init__(self, deps: FanoutDeps) -> None:
+        self.deps = deps
+        self.token = deps.new_token()
+        self.report = FanoutReport()
+        self._ran: dict[int, int] = {}  # bucket -> when a run of it was last started
+        self._ran_written: dict[int, int] = {}
+        self._down: dict[int, int] = {}  # bucket -> since when it did not answer
+
+    def steps(self, start_ms: int, deadline_ms: int) -> Iterator[int]:
+        """Yield each instant to wake at (the driver waits), then act at it."""
+        at = start_ms
+        while at <= deadline_ms:
+            yield at
+            try:
+                self.act()
+            except Exception:  # a failed poll costs this poll, not the rest of the minute
+                logger.exception("fanout poll failed")
+                self.report.errors += 1
+            at = max(at + POLL_MS, self.deps.clock())
+
+    def act(self) -> None:
+        now = self.deps.clock()
+        self.report.polls += 1
+        buckets = range(self.deps.index.bucket_count)
+        peeks = self.deps.index.peek(buckets, now + LEAD_MS)
+        lost: list[int] = []
+        due: list[tuple[int, int]] = []  # (bucket, backlog)
+        cold_due: set[int] = set()
+        for bucket in buckets:
+            peek = peeks[bucket]
+            if isinstance(peek, Exception):
+                self.report.errors += 1
+                self._down.setdefault(bucket, now)
+                continue
+            if self._lost(bucket, peek, now):
+                lost.append(bucket)
+            ran = max(self._ran.get(bucket, 0), peek.ran or 0) or None
+            cold = is_cold(ran, now)
+            lead = LEAD_MS + (cold_lead_ms(peek.cold) if cold else 0)
+            if peek.head is not None and peek.head <= now + lead:
+                due.append((bucket, max(1, peek.backlog)))
+                if cold:
+                    cold_due.add(bucket)
+        if lost:
+            self._restore(lost)
+        starts: list[tuple[int, int]] = []
+        for bucket, backlog in sorted(due, key=lambda d: d[1]):
+            for slot in range(runs_wanted(backlog)):
+                if self.deps.index.start_run(bucket, slot, self.token, START_TTL_MS):
+                    starts.append((bucket, slot))
+                else:
+                    self.report.busy += 1
+        self._invoke(starts, now, cold_due)
+
+    def _lost(self, bucket: int, peek: Peek, now: int) -> bool:
+        """Whether the bucket must be restored now: it marks it restoring (only one fan-out
+        wins the mark, so a bucket is handed over once)."""
+        index = self.deps.index
+        if self._down.pop(bucket, None) is not None:  # back from a failover: writes may be lost
+            index.set_field(bucket, keys.SENTINEL, f"r{now}")
+            return True
+        if peek.sentinel is None:
+            return index.swap_field(bucket, keys.SENTINEL, None, f"r{now}")
+        if peek.sentinel.startswith("r") and now - int(peek.sentinel[1:]) > RESTORE_MS:
+            return index.swap_field(bucket, keys.SENTINEL, peek.sentinel, f"r{now}")
+        return False
+
+    def _restore(self, buckets: list[int]) -> None:
+        self.report.restores += len(buckets)
+        try:
+            self.deps.invoke(
+                FunctionName=self.deps.migrator_function,
+                InvocationType="Event",
+                Payload=json.dumps({"restore": buckets}).encode(),
+            )
+        except Exception:  # the next minute's migrator run restores them (they stay marked)
+            logger.exception("restore invoke failed", extra={"buckets": buckets})
+
+    def _invoke(self, starts: list[tuple[int, int]], now: int, cold: set[int]) -> None:
+        if not starts:
+            return
+        with ThreadPoolExecutor(max_workers=max(1, min(INVOKE_WORKERS, len(starts)))) as pool:
+            sent = list(pool.map(lambda s: self._invoke_one(s[0], s[1], now), starts))
+        self.report.invocations += sum(sent)
+        self.report.failed_invocations += len(sent) - sum(sent)
+        started = {bucket for (bucket, _), ok in zip(starts, sent, strict=True) if ok}
+        self.report.cold_invocations += len(started & cold)
+        for bucket in started:
+            self._ran[bucket] = now
+            if now - self._ran_written.get(bucket, 0) >= RAN_WRITE_MS:
+                try:
+                    self.deps.index.set_field(bucket, keys.RAN, now)
+                    self._ran_written[bucket] = now
+                except Exception:  # warmth is a hint: a failure errs towards cold
+                    logger.warning("ran not written", exc_info=True)
+
+    def _invoke_one(self, bucket: int, slot: int, now: int) -> bool:
+        event = {"bucket": bucket, "slot": slot, "token": self.token, "at_ms": now}
+        try:
+            self.deps.invoke(
+                FunctionName=self.deps.trigger_function,
+                InvocationType="Event",
+                Payload=json.dumps(event).encode(),
+            )
+        except Exception:  # throttled or failed: free the slot; the next peek tries again
+            logger.exception("trigger invoke failed", extra={"bucket": bucket})
+            self.deps.index.end_run(bucket, slot, self.token)
+            return False
+        return True
+
+
+def run_fanout(deps: FanoutDeps, start_ms: int, deadline_ms: int) -> FanoutReport:
+    fanout = Fanout(deps)
+    for wake_ms in fanout.steps(start_ms, deadline_ms):
+        while (left := wake_ms - deps.clock()) > 0:
+            deps.sleep(left / 1000)
+    return fanout.report

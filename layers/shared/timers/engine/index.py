@@ -1,0 +1,342 @@
+"""Redis: the index of what is due soon, one member per timer, in buckets.
+
+Redis is only an index (DynamoDB is the truth): every operation is safe to repeat, and what
+Redis loses the migrator restores. Per bucket (:mod:`timers.engine.keys`): ``due`` (member ->
+when it may next be leased) and ``data`` (member -> its card), written together by the scripts
+in ``lua/`` (so a failover loses both or neither), and the run markers. A member is
+``tenant|timer``: one per timer, so a timer has one chain in Redis by construction. A lease is
+a later score, not a record: a dead run's members come back by themselves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
+
+from redis.exceptions import NoScriptError
+
+from timers.core.schedule import schedule_from_dict, schedule_to_dict
+from timers.core.timer import Timer
+from timers.core.webhooks import Webhook
+from timers.engine import keys
+
+CHUNK = 500  # members per script call: bounds how long one call blocks Redis (and Lua's unpack)
+
+
+def member_of(tenant: str, timer_id: str) -> str:
+    return f"{tenant}|{timer_id}"
+
+
+@dataclass(frozen=True)
+class Card:
+    """A timer in Redis: what a fire needs of it, the chain position it is at (``pos``, the
+    fires ``n`` before it, the position ``pv`` before it) and its checkpoint as last written
+    (``ckpt``: wake listings before it are dead, which the migrator learns without DynamoDB)."""
+
+    timer: Timer
+    pos: int
+    n: int = 0
+    pv: int | None = None
+    ckpt: int = 0
+
+    @property
+    def member(self) -> str:
+        return member_of(self.timer.tenant, self.timer.id)
+
+    def at(self, pos: int, n: int, pv: int | None, ckpt: int | None = None) -> Card:
+        return replace(self, pos=pos, n=n, pv=pv, ckpt=self.ckpt if ckpt is None else ckpt)
+
+    def encode(self) -> str:
+        """``rev|pos|n|pv|ckpt|<json>``: the scripts read revision and position by prefix."""
+        t = self.timer
+        body: dict[str, Any] = {
+            "s": schedule_to_dict(t.schedule),
+            "a": t.anchor_ms,
+            "st": t.start_ms,
+            "en": t.end_ms,
+            "mx": t.max_fires,
+            "mf": t.misfire,
+            "q": t.target_queue_url,
+            "nm": t.name,
+            "p": t.payload_json,
+            "b": t.partition,
+            "z": t.status,
+        }
+        if t.webhook is not None:
+            body["w"] = t.webhook.to_dict()
+        pv = "" if self.pv is None else self.pv
+        text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+        return f"{t.rev}|{self.pos}|{self.n}|{pv}|{self.ckpt}|{text}"
+
+    @classmethod
+    def decode(cls, member: str, text: str) -> Card:
+        tenant, timer_id = member.split("|", 1)
+        rev, pos, n, pv, ckpt, raw = text.split("|", 5)
+        b = json.loads(raw)
+        webhook = Webhook(b["w"]["url"], tuple(b["w"]["headers"].items())) if "w" in b else None
+        timer = Timer(
+            tenant=tenant,
+            id=timer_id,
+            schedule=schedule_from_dict(b["s"]),
+            anchor_ms=b["a"],
+            target_queue_url=b["q"],
+            payload_json=b["p"],
+            misfire=b["mf"],
+            name=b["nm"],
+            start_ms=b["st"],
+            end_ms=b["en"],
+            max_fires=b["mx"],
+            rev=int(rev),
+            partition=b["b"],
+            status=b["z"],
+            webhook=webhook,
+        )
+        return cls(timer, int(pos), int(n), int(pv) if pv else None, int(ckpt))
+
+
+class Leased(NamedTuple):
+    cards: list[Card]
+    next_due: int | None  # the bucket's earliest score after the lease
+
+
+class Peek(NamedTuple):
+    """A bucket as the fan-out sees it."""
+
+    head: int | None  # the earliest score: a due member or a lease that ends
+    backlog: int  # members leasable by the time asked
+    sentinel: str | None
+    ran: int | None
+    cold: int | None
+
+
+class RedisPort(Protocol):
+    """The commands used; ``redis.Redis`` and ``redis.RedisCluster`` fit."""
+
+    def register_script(self, script: str) -> Any: ...
+    def pipeline(self, transaction: bool = True) -> Any: ...
+    def set(self, name: str, value: str, *, px: int | None = None, nx: bool = False) -> Any: ...
+    def hget(self, name: str, key: str) -> Any: ...
+    def hset(self, name: str, key: str, value: str) -> Any: ...
+
+
+class Script:
+    """A Lua file, registered once (EVALSHA, loading it on NOSCRIPT)."""
+
+    def __init__(self, client: RedisPort, name: str) -> None:
+        text = (Path(__file__).parent / "lua" / f"{name}.lua").read_text()
+        self.run = client.register_script(text)
+        self.sha = hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
+
+
+Call = tuple[list[str], list[Any]]
+
+
+class BucketIndex:
+    def __init__(self, client: RedisPort, bucket_count: int) -> None:
+        if bucket_count < 1:
+            raise ValueError("bucket_count must be >= 1")
+        self.client = client
+        self.bucket_count = bucket_count
+        self._scripts = {
+            name: Script(client, name)
+            for name in ("put", "lease", "finish", "peek", "check", "token", "swap")
+        }
+
+    def bucket_of(self, partition: int) -> int:
+        return partition % self.bucket_count
+
+    def _keys(self, bucket: int) -> list[str]:
+        if not 0 <= bucket < self.bucket_count:
+            raise ValueError(f"bucket {bucket} outside 0..{self.bucket_count - 1}")
+        return [keys.due(bucket), keys.data(bucket)]
+
+    # ---------------------------------------------------------------- adding, dropping
+
+    def put(self, cards: Iterable[Card]) -> int:
+        """Store each card where it is newer than what the bucket holds (a later revision, or a
+        later position of the same one), leasable from its position. Returns how many."""
+        rows = [
+            (c.timer.partition, [c.member, c.timer.rev, c.pos, c.encode(), c.pos]) for c in cards
+        ]
+        return sum(int(r[0]) for r in self._per_bucket("put", rows))
+
+    def drop(self, partition: int, member: str, rev: int) -> None:
+        """A change made the timer inactive or deleted it: its card leaves, unless a revision
+        no older than ``rev`` is stored."""
+        self._per_bucket("put", [(partition, [member, rev, 0, "", 0])])
+
+    def revisions(self, checks: Sequence[tuple[int, str]]) -> list[tuple[int, int]]:
+        """For each (partition, member), its card's revision and checkpoint; (-1, -1) where it
+        has none."""
+        by_bucket: dict[int, list[int]] = defaultdict(list)
+        for i, (partition, _) in enumerate(checks):
+            by_bucket[self.bucket_of(partition)].append(i)
+        out = [(-1, -1)] * len(checks)
+        for bucket, indexes in by_bucket.items():
+            for start in range(0, len(indexes), CHUNK):
+                part = indexes[start : start + CHUNK]
+                got = self._eval("check", [([keys.data(bucket)], [checks[i][1] for i in part])])[0]
+                for n, i in enumerate(part):
+                    out[i] = (int(got[2 * n]), int(got[2 * n + 1]))
+        return out
+
+    # ---------------------------------------------------------------- the trigger's side
+
+    def lease(self, bucket: int, until: int, lease_end: int, limit: int, scan: int = 0) -> Leased:
+        """Lease up to ``limit`` members leasable by ``until`` (round-robin across tenants),
+        each leasable again from ``lease_end`` unless settled first."""
+        args = [until, lease_end, limit, scan or 4 * max(1, limit)]
+        members, cards, first = self._eval("lease", [(self._keys(bucket), args)])[0]
+        return Leased(
+            [Card.decode(_text(m), _text(c)) for m, c in zip(members, cards, strict=True)],
+            _score(first),
+        )
+
+    def settle(self, bucket: int, moves: Sequence[tuple[Card, Card | None, int]]) -> int | None:
+        """Move each leased card on to the next (leasable from its position) or drop it (None),
+        if it is still at the position leased and of no newer revision than the one given (a
+        change since owns it). Returns the bucket's earliest score."""
+        args: list[Any] = []
+        for card, following, rev in moves:
+            args += [
+                card.member,
+                card.pos,
+                rev,
+                "" if following is None else following.encode(),
+                0 if following is None else following.pos,
+            ]
+        return self._finish(bucket, args)
+
+    def release(self, bucket: int, scores: Mapping[Card, int]) -> int | None:
+        """Make leased members leasable again from their score (if still at their position)."""
+        args: list[Any] = []
+        for card, score in scores.items():
+            args += [card.member, card.pos, -1, "=", score]
+        return self._finish(bucket, args)
+
+    def _finish(self, bucket: int, args: list[Any]) -> int | None:
+        if not args:
+            return None
+        calls = [
+            (self._keys(bucket), args[i : i + 5 * CHUNK]) for i in range(0, len(args), 5 * CHUNK)
+        ]
+        return _score(self._eval("finish", calls)[-1])
+
+    # ---------------------------------------------------------------- the fan-out's side
+
+    def peek(self, buckets: Sequence[int], until: int) -> dict[int, Peek | Exception]:
+        """Every bucket's head, backlog, sentinel and warmth in one round trip; a bucket whose
+        shard fails answers its error, and the others their peek."""
+        calls = [(self._keys(b), [until, keys.SENTINEL, keys.RAN, keys.COLD]) for b in buckets]
+        out: dict[int, Peek | Exception] = {}
+        for bucket, got in zip(
+            buckets, self._eval("peek", calls, raise_on_error=False), strict=True
+        ):
+            if isinstance(got, Exception):
+                out[bucket] = got
+            else:
+                head, count, sentinel, ran, cold = got
+                out[bucket] = Peek(
+                    _score(head), int(count), sentinel and _text(sentinel), _int(ran), _int(cold)
+                )
+        return out
+
+    def start_run(self, bucket: int, slot: int, token: str, ttl_ms: int) -> bool:
+        return bool(self.client.set(keys.run(bucket, slot), token, nx=True, px=ttl_ms))
+
+    def touch_run(self, bucket: int, slot: int, token: str, ttl_ms: int) -> bool:
+        return bool(self._eval("token", [([keys.run(bucket, slot)], [token, ttl_ms])])[0])
+
+    def end_run(self, bucket: int, slot: int, token: str) -> bool:
+        return bool(self._eval("token", [([keys.run(bucket, slot)], [token, ""])])[0])
+
+    # ---------------------------------------------------------------- the bucket's own fields
+
+    def field(self, bucket: int, name: str) -> str | None:
+        got = self.client.hget(keys.data(bucket), name)
+        return None if got is None else _text(got)
+
+    def set_field(self, bucket: int, name: str, value: str | int) -> None:
+        self.client.hset(keys.data(bucket), name, str(value))
+
+    def swap_field(self, bucket: int, name: str, expected: str | None, new: str) -> bool:
+        """Set the field to ``new`` only if it holds ``expected`` (None: absent)."""
+        call = ([keys.data(bucket)], [name, expected or "", new])
+        return bool(self._eval("swap", [call])[0])
+
+    # ---------------------------------------------------------------- inspection
+
+    def cards(self, bucket: int) -> dict[str, tuple[int, Card]]:
+        """member -> (score, card) of the bucket, for tests and operators."""
+        scored = self.client.pipeline(transaction=False)
+        scored.execute_command("ZRANGE", keys.due(bucket), 0, -1, "WITHSCORES")
+        scored.execute_command("HGETALL", keys.data(bucket))
+        pairs, data = scored.execute()
+        texts = {
+            _text(k): _text(v)
+            for k, v in (
+                data.items() if isinstance(data, dict) else zip(data[::2], data[1::2], strict=True)
+            )
+        }
+        flat = (
+            pairs
+            if pairs and not isinstance(pairs[0], list | tuple)
+            else [x for p in pairs for x in p]
+        )
+        return {
+            _text(m): (int(float(s)), Card.decode(_text(m), texts[_text(m)]))
+            for m, s in zip(flat[::2], flat[1::2], strict=True)
+            if _text(m) in texts
+        }
+
+    # ---------------------------------------------------------------- plumbing
+
+    def _per_bucket(self, script: str, rows: Iterable[tuple[int, list[Any]]]) -> list[Any]:
+        grouped: dict[int, list[Any]] = defaultdict(list)
+        for partition, args in rows:
+            grouped[self.bucket_of(partition)].append(args)
+        calls = [
+            (self._keys(b), [a for args in group[i : i + CHUNK] for a in args])
+            for b, group in grouped.items()
+            for i in range(0, len(group), CHUNK)
+        ]
+        return self._eval(script, calls)
+
+    def _eval(self, name: str, calls: Sequence[Call], raise_on_error: bool = True) -> list[Any]:
+        """Every call in one round trip (EVALSHA, pipelined); a call that meets NOSCRIPT (a new
+        or failed-over node) is made again through the registered script, which loads it."""
+        script = self._scripts[name]
+        if len(calls) == 1 and raise_on_error:
+            return [script.run(keys=calls[0][0], args=calls[0][1])]
+        pipe = self.client.pipeline(transaction=False)
+        for call_keys, args in calls:
+            pipe.execute_command("EVALSHA", script.sha, len(call_keys), *call_keys, *args)
+        results: list[Any] = pipe.execute(raise_on_error=False)
+        for i, result in enumerate(results):
+            if isinstance(result, NoScriptError):
+                try:
+                    results[i] = script.run(keys=calls[i][0], args=calls[i][1])
+                except Exception as exc:
+                    results[i] = exc
+        errors = [r for r in results if isinstance(r, Exception)]
+        if errors and raise_on_error:
+            raise errors[0]
+        return results
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(_text(value))
+
+
+def _score(value: Any) -> int | None:
+    score = int(float(_text(value)))
+    return None if score < 0 else score

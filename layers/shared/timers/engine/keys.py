@@ -1,0 +1,34 @@
+"""Every Redis key name the service uses, in one place.
+
+A bucket's keys share the hash tag ``{b<n>}``: each script touches one slot (ElastiCache
+cluster mode and Serverless refuse cross-slot scripts) and nothing is shared by all buckets.
+The prefix names the format: the first fire path's keys (``tq:``) are never read.
+"""
+
+from __future__ import annotations
+
+PREFIX = "tq2"
+SENTINEL = "#"  # data field: "ok" once the bucket holds what DynamoDB says, "r<ms>" restoring
+RAN = "#ran"  # data field: when the fan-out last started a run of the bucket (epoch ms)
+COLD = "#cold"  # data field: the bucket's trigger cold-start estimate (ms)
+RESUME = "#resume"  # data field: where the migrator's cycle over the bucket's listings goes on
+
+
+def due(bucket: int) -> str:
+    """zset: member ``tenant|timer`` -> when it may next be leased."""
+    return f"{PREFIX}:{{b{bucket}}}:due"
+
+
+def data(bucket: int) -> str:
+    """hash: member -> its card; and the bucket's own fields (names start with '#')."""
+    return f"{PREFIX}:{{b{bucket}}}:data"
+
+
+def run(bucket: int, slot: int) -> str:
+    """string: a trigger run of the bucket is queued or going in this slot (its token)."""
+    return f"{PREFIX}:{{b{bucket}}}:run:{slot}"
+
+
+def rate(who: str, window_s: int) -> str:
+    """string: requests of a tenant (or an address) in one second (the api's rate limit)."""
+    return f"rl:{{{who}}}:{window_s}"

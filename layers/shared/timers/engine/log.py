@@ -1,0 +1,459 @@
+"""The fire log (DynamoDB ``claims`` table): one entry per fire position, packed by second.
+
+Item ``k = "<partition>/<second>"``; each entry is a top-level map attribute ``<timer>@<ms>``
+(:mod:`timers.engine.entries`). A write costs the item's size, so one conditional UpdateItem
+claims a chunk of fires and one records it. boto3's low-level client: entry names are data.
+
+**Items stay small.** An item takes a new entry only while unsealed and under ``cap`` entries
+(counter ``c``); a claim that does not fit seals it (``sl``) for good, and the positions it
+lacks go to a child ``<key>/<hex digit>`` chosen by the timer's hash at that depth. An entry's
+*home* - the first item on its path that holds it or is unsealed - never moves. Writes that
+change an existing entry (record, takeover, adoption, release) are allowed in sealed items.
+
+**Entries only move forward** (R1): nothing here removes one. A run that gives work back
+releases its claims (valid until 0). Reads fetch whole items (a projection naming each wanted
+entry of 100 items outgrew DynamoDB's 4 KB expression limit; a read costs the item's size
+either way). An HTTP fire's delivery record is a small item of its own (``w/<root>/<entry>``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from timers.adapters.dynamodb import LowLevelClient, condition_failed
+from timers.core.errors import ConcurrentUpdate
+from timers.core.webhooks import DeliveryState
+from timers.engine.entries import Entry, EntryRef
+
+CHUNK = 50
+"""Entries per conditional write: DynamoDB counts ~4 operators per recorded entry and allows
+300 per expression (a record of 75 entries is refused), and 4 KB per expression string."""
+CLAIM_CAP = 256
+"""Entries an item takes before it is sealed: ~20 KB, far below the 400 KB item limit, and a
+write into a full item (a write costs the item's size) stays ~20 WRU."""
+MAX_DEPTH = 16  # hex digits of the timer hash
+BATCH_GET = 100  # keys per BatchGetItem
+TTL = "expires_at"
+TTL_MARGIN_S = 86_400  # fire-log items outlive the timers they count by a day
+SEALED, COUNT, DELIVERY = "sl", "c", "w"
+SEALED_KNOWN = 1_024  # sealed items whose names a store remembers (only saves failed writes)
+
+Fields = Mapping[str, tuple[str, str]]  # dataclass field -> (map key, DynamoDB type)
+ENTRY_FIELDS: Fields = {
+    "state": ("s", "S"),
+    "rev": ("r", "N"),
+    "n": ("n", "N"),
+    "pv": ("pv", "N"),
+    "owner": ("o", "S"),
+    "until": ("u", "N"),
+    "enqueued": ("q", "N"),
+    "reason": ("x", "S"),
+    "fired": ("f", "N"),
+    "next": ("nx", "N"),
+    "end": ("e", "BOOL"),
+    "hook": ("h", "BOOL"),
+}
+DELIVERY_FIELDS: Fields = {
+    "attempts": ("a", "N"),
+    "first_ms": ("t0", "N"),
+    "last_ms": ("t", "N"),
+    "last_status": ("ls", "N"),
+    "last_error": ("le", "S"),
+    "delivered_ms": ("dv", "N"),
+    "failed": ("x", "S"),
+    "failed_ms": ("xt", "N"),
+}
+
+
+def to_map(record: Any, fields: Fields = ENTRY_FIELDS) -> dict[str, Any]:
+    """A dataclass as a DynamoDB map value; absent fields (None, False) left out."""
+    out: dict[str, Any] = {}
+    for name, (key, kind) in fields.items():
+        value = getattr(record, name)
+        if value is not None and not (kind == "BOOL" and not value):
+            out[key] = {kind: value if kind in ("S", "BOOL") else str(value)}
+    return {"M": out}
+
+
+def from_map(value: Mapping[str, Any], fields: Fields = ENTRY_FIELDS) -> dict[str, Any]:
+    stored = value["M"]
+    return {
+        name: int(stored[key][kind]) if kind == "N" else stored[key][kind]
+        for name, (key, kind) in fields.items()
+        if key in stored
+    }
+
+
+def to_entry(value: Mapping[str, Any]) -> Entry:
+    return Entry(**from_map(value))
+
+
+def delivery_key(ref: EntryRef) -> str:
+    """An HTTP fire's delivery record: named by the root of the entry's path (no locate), ~1
+    WRU a write where an attribute of the claim item cost its whole size."""
+    root = "/".join(ref[0].split("/", 2)[:2])
+    return f"w/{root}/{ref[1]}"
+
+
+def child_key(key: str, name: str) -> str:
+    depth = key.count("/") - 1
+    if depth >= MAX_DEPTH:
+        raise RuntimeError(f"fire log: no room left on the path of {name} at {key}")
+    timer_id = name.split("@", 1)[0]
+    return f"{key}/{hashlib.blake2b(timer_id.encode(), digest_size=8).hexdigest()[depth]}"
+
+
+def chunks(entries: Mapping[str, Any], size: int = CHUNK) -> list[dict[str, Any]]:
+    names = list(entries)
+    return [{n: entries[n] for n in names[i : i + size]} for i in range(0, len(names), size)]
+
+
+@dataclass(frozen=True)
+class Located:
+    """An entry's home and what it holds there (None: absent; ``count``: the home's entries)."""
+
+    key: str
+    entry: Entry | None
+    count: int = 0
+
+
+class FireLog(LowLevelClient):
+    def __init__(
+        self,
+        table: str,
+        retention_days: int,
+        client: Any = None,
+        record_client: Any = None,
+        cap: int = CLAIM_CAP,
+    ) -> None:
+        self.table = table
+        self.retention_days = retention_days
+        self._client = client
+        self._record_client = record_client  # records may wait longer: a lost one re-sends
+        self.cap = cap
+        self._sealed: dict[str, frozenset[str]] = {}  # sealed item -> its names, for good
+
+    def expires_at(self, key: str) -> int:
+        """TTL of an item (epoch s): its second plus the retention and a margin."""
+        return int(key.split("/", 2)[1]) + self.retention_days * 86_400 + TTL_MARGIN_S
+
+    # ---------------------------------------------------------------- reads
+
+    def home_guess(self, ref: EntryRef, now_ms: int) -> str:
+        """Where a new entry goes as far as this store knows: below each item known to be sealed
+        without it (a guess: the claim's condition refuses a wrong one)."""
+        key, name = ref
+        while (names := self._sealed.get(key)) is not None and name not in names:
+            if now_ms >= self.expires_at(key) * 1000:  # the TTL may have deleted it
+                break
+            key = child_key(key, name)
+        return key
+
+    def locate(
+        self, refs: Iterable[EntryRef], consistent: bool = False, learn: bool = False
+    ) -> dict[EntryRef, Located]:
+        """Each entry's home, from the root of its path down through sealed items that lack
+        it; ``learn`` remembers the names of the sealed items passed."""
+        looking = {ref: ref[0] for ref in refs}
+        found: dict[EntryRef, Located] = {}
+        passed: set[str] = set()
+        for _ in range(MAX_DEPTH + 1):
+            if not looking:
+                break
+            items = self._items(set(looking.values()), consistent)
+            deeper: dict[EntryRef, str] = {}
+            for ref, key in looking.items():
+                item = items.get(key, {})
+                if ref[1] in item:
+                    found[ref] = Located(key, to_entry(item[ref[1]]))
+                elif SEALED in item:
+                    deeper[ref] = child_key(key, ref[1])
+                    passed.add(key)
+                    if learn and key not in self._sealed:
+                        if len(self._sealed) >= SEALED_KNOWN:
+                            self._sealed.clear()
+                        self._sealed[key] = frozenset(n for n in item if "@" in n)
+                else:
+                    found[ref] = Located(key, None, int(item[COUNT]["N"]) if COUNT in item else 0)
+            looking = deeper
+        return found
+
+    def read(
+        self, refs: Iterable[EntryRef], consistent: bool = False
+    ) -> dict[EntryRef, Entry | None]:
+        return {ref: at.entry for ref, at in self.locate(refs, consistent).items()}
+
+    def read_one(self, ref: EntryRef) -> Entry | None:
+        """The entry at this very item (consistent): for a claim's owner, who knows its home."""
+        value = self._attribute(*ref)
+        return None if value is None else to_entry(value)
+
+    def _items(self, keys: set[str], consistent: bool) -> dict[str, dict[str, Any]]:
+        """Whole items by BatchGetItem, BATCH_GET keys a call; unprocessed keys retried."""
+        ordered = sorted(keys)
+        out: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(ordered), BATCH_GET):
+            request = {
+                "Keys": [{"k": {"S": k}} for k in ordered[start : start + BATCH_GET]],
+                "ConsistentRead": consistent,
+            }
+            pending: dict[str, Any] = {self.table: request}
+            for _ in range(10):
+                response = self.client.batch_get_item(RequestItems=pending)
+                for item in response["Responses"].get(self.table, []):
+                    out[item["k"]["S"]] = item
+                if not (pending := response.get("UnprocessedKeys") or {}):
+                    break
+            else:
+                raise RuntimeError("fire log: BatchGetItem kept returning unprocessed keys")
+        return out
+
+    def _attribute(self, key: str, name: str) -> Any:
+        response = self.client.get_item(
+            TableName=self.table,
+            Key={"k": {"S": key}},
+            ConsistentRead=True,
+            ProjectionExpression="#a",
+            ExpressionAttributeNames={"#a": name},
+        )
+        return response.get("Item", {}).get(name)
+
+    # ---------------------------------------------------------------- the trigger's writes
+
+    def claim(self, key: str, entries: Mapping[str, Entry]) -> bool:
+        """Write every entry at once if none exists in ``key`` and the unsealed item has room.
+        False: one exists, or no room (the caller locates them, sealing a full item)."""
+        n = len(entries)
+        if n > self.cap:
+            raise ValueError(f"{n} entries do not fit an item of {self.cap}")
+        names = {f"#e{i}": name for i, name in enumerate(entries)}
+        return self._write(
+            key,
+            "SET "
+            + ", ".join(f"{a} = :v{i}" for i, a in enumerate(names))
+            + f", {TTL} = if_not_exists({TTL}, :ttl), #c = if_not_exists(#c, :zero) + :k",
+            "attribute_not_exists(#sl) AND (attribute_not_exists(#c) OR #c <= :room)"
+            + "".join(f" AND attribute_not_exists({a})" for a in names),
+            {**names, "#sl": SEALED, "#c": COUNT},
+            {
+                **{f":v{i}": to_map(e) for i, e in enumerate(entries.values())},
+                ":ttl": {"N": str(self.expires_at(key))},
+                ":zero": {"N": "0"},
+                ":k": {"N": str(n)},
+                ":room": {"N": str(self.cap - n)},
+            },
+        )
+
+    def seal(self, key: str) -> None:
+        """No new entry enters ``key`` from now on: its positions' homes are below it."""
+        self.client.update_item(
+            TableName=self.table,
+            Key={"k": {"S": key}},
+            UpdateExpression=f"SET #sl = :yes, {TTL} = if_not_exists({TTL}, :ttl)",
+            ExpressionAttributeNames={"#sl": SEALED},
+            ExpressionAttributeValues={
+                ":yes": {"BOOL": True},
+                ":ttl": {"N": str(self.expires_at(key))},
+            },
+        )
+
+    def take_over(self, key: str, name: str, entry: Entry, old: Entry) -> bool:
+        """Replace a fence of an older revision (a fresh claim) or a lapsed claim (a takeover,
+        keeping its decision) by ``entry``, only if it is still exactly as read."""
+        condition, names, values = _exactly(old)
+        return self._write(
+            key,
+            "SET #e0 = :v0",
+            condition,
+            {"#e0": name, **names},
+            {**values, ":v0": to_map(entry)},
+        )
+
+    def record(self, key: str, owner: str, entries: Mapping[str, Entry]) -> bool:
+        """Replace ``owner``'s claims by their outcomes (or, to give them back, by lapsed
+        claims), only while each is ``owner``'s at the revision given (a change may have
+        adopted it: :meth:`rewrite` merges)."""
+        names = {f"#e{i}": name for i, name in enumerate(entries)}
+        return self._write(
+            key,
+            "SET " + ", ".join(f"{a} = :v{i}" for i, a in enumerate(names)),
+            " AND ".join(f"{a}.#o = :own AND {a}.#r = :r{i}" for i, a in enumerate(names)),
+            {**names, "#o": "o", "#r": "r"},
+            {
+                ":own": {"S": owner},
+                **{f":v{i}": to_map(e) for i, e in enumerate(entries.values())},
+                **{f":r{i}": {"N": str(e.rev)} for i, e in enumerate(entries.values())},
+            },
+            client=self._record_client,
+        )
+
+    def rewrite(self, key: str, name: str, owner: str, mine: Entry, tries: int = 3) -> Entry | None:
+        """One entry recorded like :meth:`record`, the revision and successor of a change's
+        adoption winning over ours. None if it is no longer ``owner``'s (taken over)."""
+        for _ in range(tries):
+            stored = self.read_one((key, name))
+            if stored is None or stored.state != "p" or stored.owner != owner:
+                return None
+            merged = replace(mine, rev=stored.rev, next=stored.next, end=stored.end)
+            if self.record(key, owner, {name: merged}):
+                return merged
+        return None
+
+    # ---------------------------------------------------------------- a change's writes
+
+    def fence_update(self, ref: EntryRef, fence: Entry) -> dict[str, Any]:
+        """A TransactWriteItems element fencing an unclaimed position (R5); ConcurrentUpdate if
+        it was claimed since the caller's walk."""
+        at = self.locate([ref], consistent=True)[ref]
+        if at.entry is None and at.count >= self.cap:
+            self.seal(at.key)
+            at = self.locate([ref], consistent=True)[ref]
+        if at.entry is not None and at.entry.state != "t":
+            raise ConcurrentUpdate("the timer's next fire was claimed; retry")
+        return _transact(
+            self.table,
+            at.key,
+            f"SET #e0 = :v0, {TTL} = if_not_exists({TTL}, :ttl), "
+            "#c = if_not_exists(#c, :zero) + :one",
+            "(attribute_not_exists(#e0) AND attribute_not_exists(#sl) AND "
+            "(attribute_not_exists(#c) OR #c <= :room)) OR #e0.#s = :t",
+            {"#e0": ref[1], "#s": "s", "#sl": SEALED, "#c": COUNT},
+            {
+                ":v0": to_map(fence),
+                ":ttl": {"N": str(self.expires_at(at.key))},
+                ":zero": {"N": "0"},
+                ":one": {"N": "1"},
+                ":room": {"N": str(self.cap - 1)},
+                ":t": {"S": "t"},
+            },
+        )
+
+    def adopt_update(self, ref: EntryRef, adopted: Entry, old: Entry) -> dict[str, Any]:
+        """A TransactWriteItems element handing a pending claim to the change's revision (R5),
+        only if it is still exactly as read."""
+        at = self.locate([ref], consistent=True)[ref]
+        if at.entry != old:
+            raise ConcurrentUpdate("the timer's pending fire moved on; retry")
+        condition, names, values = _exactly(old)
+        return _transact(
+            self.table,
+            at.key,
+            "SET #e0 = :v0",
+            condition,
+            {"#e0": ref[1], **names},
+            {**values, ":v0": to_map(adopted)},
+        )
+
+    # ---------------------------------------------------------------- delivery records
+
+    def read_deliveries(self, refs: Iterable[EntryRef]) -> dict[EntryRef, DeliveryState]:
+        homes = {ref: delivery_key(ref) for ref in refs}
+        items = self._items(set(homes.values()), consistent=False)
+        return {
+            ref: DeliveryState(**from_map(items[key][DELIVERY], DELIVERY_FIELDS))
+            for ref, key in homes.items()
+            if DELIVERY in items.get(key, {})
+        }
+
+    def read_delivery(self, ref: EntryRef) -> DeliveryState | None:
+        value = self._attribute(delivery_key(ref), DELIVERY)
+        return None if value is None else DeliveryState(**from_map(value, DELIVERY_FIELDS))
+
+    def write_delivery(
+        self, ref: EntryRef, state: DeliveryState, previous: DeliveryState | None
+    ) -> bool:
+        """Store a delivery record only over the one read before: two copies of a message
+        handled at once cannot both count their attempt as the same one."""
+        condition, names, values = "attribute_not_exists(#w)", {"#w": DELIVERY}, {}
+        if previous is not None:
+            condition, names = "#w.#a = :prev", {"#w": DELIVERY, "#a": "a"}
+            values = {":prev": {"N": str(previous.attempts)}}
+        return self._write(
+            delivery_key(ref),
+            f"SET #w = :v, {TTL} = if_not_exists({TTL}, :ttl)",
+            condition,
+            names,
+            {
+                **values,
+                ":v": to_map(state, DELIVERY_FIELDS),
+                ":ttl": {"N": str(self.expires_at(ref[0]))},
+            },
+        )
+
+    def reopen_delivery(self, ref: EntryRef, state: DeliveryState, failed: DeliveryState) -> bool:
+        """A redelivered fire's record (pending again), only over the very failure it reopens."""
+        return self._write(
+            delivery_key(ref),
+            "SET #w = :v",
+            "#w.#a = :a AND #w.#xt = :xt",
+            {"#w": DELIVERY, "#a": "a", "#xt": "xt"},
+            {
+                ":v": to_map(state, DELIVERY_FIELDS),
+                ":a": {"N": str(failed.attempts)},
+                ":xt": {"N": str(failed.failed_ms or 0)},
+            },
+        )
+
+    # ---------------------------------------------------------------- plumbing
+
+    def _write(
+        self,
+        key: str,
+        update: str,
+        condition: str,
+        names: Mapping[str, str],
+        values: Mapping[str, Any],
+        client: Any = None,
+    ) -> bool:
+        try:
+            (client or self.client).update_item(
+                TableName=self.table,
+                Key={"k": {"S": key}},
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=dict(names),
+                ExpressionAttributeValues=dict(values),
+            )
+        except ClientError as exc:
+            if condition_failed(exc):
+                return False
+            raise
+        return True
+
+
+def _exactly(old: Entry) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """The condition that entry ``#e0`` is still ``old``: a fence of its revision, or a
+    pending claim of its owner, validity and revision."""
+    values = {":os": {"S": old.state}, ":orev": {"N": str(old.rev)}}
+    if old.state == "t":
+        return "#e0.#s = :os AND #e0.#r = :orev", {"#s": "s", "#r": "r"}, values
+    return (
+        "#e0.#s = :os AND #e0.#o = :oo AND #e0.#u = :ou AND #e0.#r = :orev",
+        {"#s": "s", "#o": "o", "#u": "u", "#r": "r"},
+        {**values, ":oo": {"S": old.owner or ""}, ":ou": {"N": str(old.until or 0)}},
+    )
+
+
+def _transact(
+    table: str,
+    key: str,
+    update: str,
+    condition: str,
+    names: dict[str, str],
+    values: dict[str, Any],
+) -> dict[str, Any]:
+    return {
+        "Update": {
+            "TableName": table,
+            "Key": {"k": {"S": key}},
+            "UpdateExpression": update,
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
+    }

@@ -1,0 +1,266 @@
+"""Migrator: every timer due within the look-ahead has its card in Redis, bucket by bucket.
+
+Each minute (and at once for a bucket the fan-out saw lost) a run goes over each bucket's wake
+listings on its own - a bucket whose Redis shard or reads fail is retried and then left, never
+holding up another - in two scans per shard:
+
+- the *upcoming* slice, listings waking within the look-ahead: read every run, so what comes
+  due is never starved by a long backlog;
+- the *cycle* over everything waking before now (overdue one-shots, recurring timers chained in
+  Redis at their checkpoints), a budget a run, going on from a saved position.
+
+A listing is answered from Redis where it can be (a card of its revision, or a newer one, or a
+checkpoint past it); only the rest costs a timer read and a walk (:func:`restore`). A bucket
+without its sentinel ("ok") is *restoring*: its cycle starts over, and the sentinel is set once
+the cycle has gone through every listing since - so a flush, a shard that came back empty or a
+failover that may have lost writes ends with the whole bucket read again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from timers.core.schedule import is_recurring
+from timers.core.timer import Timer
+from timers.engine import keys
+from timers.engine.changes import Checkpoints, card_of
+from timers.engine.entries import Cursor, drive, walk
+from timers.engine.index import BucketIndex, Card, member_of
+from timers.engine.log import FireLog
+from timers.engine.wake import Listing, WakeItem, WakeStore, shards_of
+
+log = logging.getLogger(__name__)
+
+MIGRATE_BUDGET = 50_000
+"""Listings a run reads over all buckets (a listing costs ~20-50 us of CPU; 55 s timeout)."""
+CREATE_MS = 5 * 60_000
+"""A listing younger than this whose timer is absent may belong to a create in flight."""
+PAGE = 500
+ATTEMPTS = 3  # tries of a bucket's pass on an error (TRYAGAIN, a failover, a throttle)
+RETRY_S = 0.5
+
+Verdict = Literal["alive", "dead", "missing"]
+
+
+class TimerPort(Protocol):
+    def get_many(self, keys: Any, consistent: bool = True) -> dict[tuple[str, str], Timer]: ...
+    def complete(self, timer: Timer, n: int, last: int | None, expires_ms: int) -> bool: ...
+    def settle_owed(self, timer: Timer) -> bool: ...
+
+
+@dataclass(frozen=True)
+class MigratorDeps:
+    index: BucketIndex
+    timers: TimerPort
+    log: FireLog
+    wake: WakeStore
+    checkpoints: Checkpoints
+    lookahead_ms: int
+    retention_ms: int
+    budget: int = MIGRATE_BUDGET
+    workers: int = 8
+    sleep: Callable[[float], None] = time.sleep
+
+
+@dataclass
+class MigrationReport:
+    window_end_ms: int
+    read: int = 0  # listings read
+    missing: int = 0  # of those, not answered by Redis: read from DynamoDB
+    added: int = 0  # cards put back
+    healed: int = 0  # checkpoints moved, timers completed or out of the index, by a walk
+    deleted: int = 0  # wake items whose every listing was dead
+    budget_hit_buckets: int = 0
+    restored_buckets: int = 0  # whole buckets read again since a loss
+    failed_buckets: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+    def add(self, other: MigrationReport) -> None:
+        for name, value in other.summary().items():
+            if name != "window_end_ms":
+                setattr(self, name, getattr(self, name) + value)
+        for name, count in other.outcomes.items():
+            self.outcomes[name] = self.outcomes.get(name, 0) + count
+
+    def summary(self) -> dict[str, int]:
+        return {k: v for k, v in vars(self).items() if isinstance(v, int)}
+
+
+def run_migrator(
+    deps: MigratorDeps, now_ms: int, buckets: Collection[int] | None = None
+) -> MigrationReport:
+    """One run over every bucket (or those given: a restore the fan-out asked for)."""
+    todo = sorted(buckets) if buckets is not None else list(range(deps.index.bucket_count))
+    report = MigrationReport(now_ms + deps.lookahead_ms)
+    quota = max(PAGE, deps.budget // max(1, len(todo)))
+    with ThreadPoolExecutor(max_workers=max(1, min(deps.workers, len(todo)))) as pool:
+        for part in pool.map(lambda b: _isolated(deps, b, now_ms, quota), todo):
+            report.add(part)
+    return report
+
+
+def _isolated(deps: MigratorDeps, bucket: int, now_ms: int, quota: int) -> MigrationReport:
+    """A bucket's pass, retried on errors; one that keeps failing is left to the next run."""
+    for attempt in range(ATTEMPTS):
+        try:
+            return bucket_pass(deps, bucket, now_ms, quota)
+        except Exception:
+            log.warning(
+                "migrator: bucket %s failed (attempt %s)", bucket, attempt + 1, exc_info=True
+            )
+            deps.sleep(RETRY_S * (attempt + 1))
+    return MigrationReport(now_ms + deps.lookahead_ms, failed_buckets=1)
+
+
+def bucket_pass(deps: MigratorDeps, bucket: int, now_ms: int, quota: int) -> MigrationReport:
+    until = now_ms + deps.lookahead_ms
+    report = MigrationReport(until)
+    sentinel = deps.index.field(bucket, keys.SENTINEL)
+    epoch = "ok" if sentinel == "ok" else sentinel or f"r{now_ms}"
+    if sentinel is None:
+        deps.index.swap_field(bucket, keys.SENTINEL, None, epoch)
+    saved = json.loads(deps.index.field(bucket, keys.RESUME) or "{}")
+    positions: dict[str, str] = saved.get("pos", {}) if saved.get("epoch") == epoch else {}
+    shards = shards_of(bucket, deps.index.bucket_count)
+    per_shard = max(1, quota // (2 * len(shards)))
+    for shard in shards:  # what comes due first: never behind a backlog
+        examine(
+            deps, _read(deps.wake, shard, now_ms, until, per_shard, None)[0], now_ms, until, report
+        )
+    ended = 0
+    for shard in shards:
+        start = positions.get(shard)
+        key = {"shard": {"S": shard}, "wake": {"S": start}} if start else None
+        items, more = _read(deps.wake, shard, 0, now_ms - 1, per_shard, key)
+        examine(deps, items, now_ms, until, report)
+        if more is None:
+            positions.pop(shard, None)
+            ended += 1
+        else:
+            positions[shard] = more["wake"]["S"]
+    report.budget_hit_buckets = int(ended < len(shards))
+    if epoch != "ok" and ended == len(shards):
+        # every listing was read since the loss: the bucket is whole again
+        report.restored_buckets = int(deps.index.swap_field(bucket, keys.SENTINEL, epoch, "ok"))
+        positions, epoch = {}, "ok"
+    deps.index.set_field(bucket, keys.RESUME, json.dumps({"epoch": epoch, "pos": positions}))
+    return report
+
+
+def _read(
+    wake: WakeStore, shard: str, low: int, high: int, limit: int, start: dict[str, Any] | None
+) -> tuple[list[WakeItem], dict[str, Any] | None]:
+    items: list[WakeItem] = []
+    while True:
+        page, start = wake.window(shard, low, high, min(PAGE, limit - len(items)), start)
+        items += page
+        if start is None or len(items) >= limit:
+            return items, start
+
+
+def examine(
+    deps: MigratorDeps, items: Sequence[WakeItem], now_ms: int, until: int, report: MigrationReport
+) -> None:
+    """Answer each listing - from Redis where it can be, else from DynamoDB (restoring what
+    Redis lacks) - and delete the items whose every listing is dead (R4)."""
+    listings = [x for item in items for x in item.listings]
+    report.read += len(listings)
+    if not listings:
+        return
+    held = deps.index.revisions([(x.partition, member_of(x.tenant, x.timer_id)) for x in listings])
+    verdicts: dict[tuple[str, int, int], Verdict] = {}
+    for x, (rev, ckpt) in zip(listings, held, strict=True):
+        verdicts[(x.timer_id, x.rev, x.pos)] = (
+            "missing" if rev < x.rev else "dead" if rev > x.rev or ckpt > x.pos else "alive"
+        )
+    missing = [x for x in listings if verdicts[(x.timer_id, x.rev, x.pos)] == "missing"]
+    if missing:
+        found = restore(deps, missing, now_ms, until, report)
+        for item in items:
+            for x in item.listings:
+                if verdicts[(x.timer_id, x.rev, x.pos)] == "missing":
+                    verdicts[(x.timer_id, x.rev, x.pos)] = _verdict(x, item, found, now_ms)
+    dead = [
+        item
+        for item in items
+        if all(verdicts[(x.timer_id, x.rev, x.pos)] == "dead" for x in item.listings)
+    ]
+    if dead:
+        deps.wake.delete(dead)
+        report.deleted += len(dead)
+
+
+def _verdict(
+    x: Listing, item: WakeItem, found: dict[tuple[str, str], tuple[Timer, Cursor]], now_ms: int
+) -> Verdict:
+    """A listing Redis could not answer, from its timer and cursor (R4: stable facts only)."""
+    got = found.get((x.tenant, x.timer_id))
+    if got is None:
+        return "dead" if now_ms - item.at > CREATE_MS else "alive"  # a create may be in flight
+    timer, cursor = got
+    if timer.rev != x.rev:
+        return "dead" if timer.rev > x.rev else "alive"
+    if is_recurring(timer.schedule) and (timer.next_fire_ms or 0) > x.pos:
+        return "dead"  # the checkpoint moved past it: its own listing was written first
+    live = cursor.pending is not None or (timer.status == "active" and cursor.pos is not None)
+    return "alive" if live else "dead"
+
+
+def restore(
+    deps: MigratorDeps,
+    listings: Sequence[Listing],
+    now_ms: int,
+    until: int,
+    report: MigrationReport,
+) -> dict[tuple[str, str], tuple[Timer, Cursor]]:
+    """Read the timers Redis lacks, walk each to its cursor, and put its card back - or heal what
+    the walk shows: a recurring timer done, a checkpoint behind a cursor beyond the window, an
+    inactive timer that no longer owes a fire. Returns the timers read, with their cursors."""
+    wanted = sorted({(x.tenant, x.timer_id) for x in listings})
+    report.missing += len(wanted)
+    timers = deps.timers.get_many(wanted)
+    found = list(timers.values())
+    cursors = drive([walk(t) for t in found], lambda refs: deps.log.read(refs, True))
+    cards: list[Card] = []
+    outcomes: dict[str, int] = {"gone": len(wanted) - len(found)}
+    for timer, cursor in zip(found, cursors, strict=True):
+        outcome = _restore_one(deps, timer, cursor, now_ms, until, cards, report)
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    report.added += deps.index.put(cards)
+    for name, count in outcomes.items():
+        report.outcomes[name] = report.outcomes.get(name, 0) + count
+    return {(t.tenant, t.id): (t, c) for t, c in zip(found, cursors, strict=True)}
+
+
+def _restore_one(
+    deps: MigratorDeps,
+    timer: Timer,
+    cursor: Cursor,
+    now_ms: int,
+    until: int,
+    cards: list[Card],
+    report: MigrationReport,
+) -> str:
+    owes = cursor.pending is not None
+    if cursor.pos is not None and (owes or (timer.status == "active" and cursor.pos <= until)):
+        cards.append(card_of(timer, cursor))
+        return "added"
+    if timer.status != "active":
+        if timer.owed:  # its owed fire finished
+            report.healed += deps.timers.settle_owed(timer)
+        return "idle"
+    if cursor.pos is None:
+        if is_recurring(timer.schedule):  # its last fire's run died before saying so
+            report.healed += deps.timers.complete(
+                timer, cursor.n, cursor.last, now_ms + deps.retention_ms
+            )
+        return "done"
+    if is_recurring(timer.schedule) and cursor.pos != timer.next_fire_ms:
+        report.healed += deps.checkpoints.move(timer, cursor.pos, cursor.n, cursor.last)
+    return "later"

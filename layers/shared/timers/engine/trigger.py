@@ -1,0 +1,732 @@
+"""The trigger: fire one bucket's due cards on time, once, and never early.
+
+A run is *armed*: it leases what falls due within ARM_MS, claims it while it is still in the
+future (one conditional write per fire-log item and chunk), waits for each due instant by the
+reference clock, sends, records, moves checkpoints where needed, and settles each card in Redis
+(chained to its next position, or dropped). It loops while something is due within ARM_MS.
+
+What a crash at each step leaves (``hooks`` lets tests crash there), once its leases end:
+
+- leased: a run leases the cards again and does everything: nothing was sent;
+- claimed: a run takes the lapsed claims over and sends: nothing was sent before;
+- sent: a run takes the lapsed claims over and sends AGAIN: the duplicate window;
+- recorded / checkpointed: a run finds the fires recorded and only chains;
+- finished: nothing is left.
+
+**Never early**: a send starts only when the lower bound of the reference time (Redis ``TIME``,
+kept between measures by the monotonic clock) has passed the fire's due time plus
+SEND_GUARD_MS; without a trusted offset the run sends nothing. **Deadline-aware**: no lease,
+claim or send starts unless it and everything after it end before the invocation's deadline;
+what a run will not finish it hands back at once (claims released, cards due again).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol, TypeVar
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from timers.core.schedule import is_recurring
+from timers.core.timer import Timer
+from timers.engine.entries import (
+    LAPSE_MARGIN_MS,
+    Entry,
+    EntryRef,
+    State,
+    Step,
+    decide_claim,
+    entry_for,
+    entry_name,
+    entry_ref,
+    hold_ms,
+    needs_checkpoint,
+    step,
+    successor,
+)
+from timers.engine.index import Card, Leased
+from timers.engine.log import CHUNK, MAX_DEPTH, FireLog, chunks
+from timers.sending import Delivery, Sender, SqsPort
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+ARM_MS = 250  # lease and claim what falls due this far ahead, then wait to send it
+LEASE_LIMIT = 100  # cards per lease: at most two claim writes per item, made in parallel
+SEND_FIRST_MS = 20  # a send due this soon goes before the next lease
+SEND_GUARD_MS = 1  # sent once the reference time's lower bound is this far past due
+MAX_CLOCK_OFFSET_MS = 2_000  # a host clock further off than this is broken: refuse
+MAX_CLOCK_ERROR_MS = 100  # an offset measured by a round trip longer than twice this: refuse
+CLOCK_RESYNC_MS = 5_000
+REDIS_CALL_MS = 1_000  # worst case of one Redis call (the client's socket timeout)
+DYNAMO_CALL_MS = 3_500  # of one claim or read: 0.5 s connect + 3 s read
+RECORD_CALL_MS = 8_500  # of one record attempt: 0.5 s connect + 8 s read
+SQS_CALL_MS = 9_000  # of one SendMessageBatch attempt: 1 s connect + 8 s read
+SEND_RESERVE_MS = SQS_CALL_MS + RECORD_CALL_MS + 2 * REDIS_CALL_MS  # a send, its record, settle
+STOP_LEASING_MS = 15_000  # a run takes no new work after this: the fan-out re-spreads a backlog
+LEASE_GRACE_MS = LAPSE_MARGIN_MS + 1_000  # a lease ends only after the run's claims lapsed
+CLAIM_ATTEMPTS = 3  # tries of one claim write before its cards are given back
+CLAIM_RETRY_MS = 1_000  # a chunk whose claims kept failing is leasable again this much later
+ITEM_WORKERS = 8  # fire-log items claimed in parallel (one item's chunks go in turn)
+
+Hook = Literal["leased", "claimed", "sent", "recorded", "checkpointed", "finished"]
+HOOKS: tuple[Hook, ...] = ("leased", "claimed", "sent", "recorded", "checkpointed", "finished")
+LAG_BUCKETS = (
+    (100, "on_time"),
+    (200, "le_200ms"),
+    (600, "le_600ms"),
+    (1_000, "le_1s"),
+    (2_000, "le_2s"),
+)
+
+
+def lag_bucket(lag_ms: int) -> str:
+    return next((name for limit, name in LAG_BUCKETS if lag_ms <= limit), "gt_2s")
+
+
+class TriggerIndex(Protocol):
+    def lease(
+        self, bucket: int, until: int, lease_end: int, limit: int, scan: int = 0
+    ) -> Leased: ...
+    def settle(self, bucket: int, moves: Sequence[tuple[Card, Card | None, int]]) -> int | None: ...
+    def release(self, bucket: int, scores: Mapping[Card, int]) -> int | None: ...
+    def touch_run(self, bucket: int, slot: int, token: str, ttl_ms: int) -> bool: ...
+    def end_run(self, bucket: int, slot: int, token: str) -> bool: ...
+
+
+class TimerPort(Protocol):
+    def get_many(
+        self, keys: Iterable[tuple[str, str]], consistent: bool = True
+    ) -> dict[tuple[str, str], Timer]: ...
+
+
+class CheckpointPort(Protocol):
+    """``timers.engine.changes.Checkpoints``: a listing first, then the timer (R3, R4)."""
+
+    def move(self, timer: Timer, pos: int, n: int, last: int | None) -> bool: ...
+    def complete(self, timer: Timer, n: int, last: int | None, expires_ms: int) -> bool: ...
+
+
+@dataclass
+class TriggerDeps:
+    index: TriggerIndex
+    log: FireLog
+    timers: TimerPort
+    checkpoints: CheckpointPort
+    sqs: SqsPort
+    clock: Callable[[], int]  # this host's clock, epoch ms
+    reference: Callable[[], int]  # the reference clock (Redis TIME), epoch ms
+    lookahead_ms: int
+    retention_ms: int
+    sleep: Callable[[float], None] = time.sleep
+    hooks: Callable[[Hook], None] | None = None  # crash seams for tests
+    new_owner: Callable[[], str] = field(default=lambda: uuid.uuid4().hex[:12])
+    lease_limit: int = LEASE_LIMIT
+    delivery_queue_url: str = ""  # HTTP targets' fires go here (the delivery function)
+    monotonic: Callable[[], int] | None = None  # elapsed time, ms (default: ``clock``)
+
+
+@dataclass
+class TriggerReport:
+    bucket: int
+    leases: int = 0
+    leased: int = 0
+    stale: int = 0  # dropped: a newer revision fenced it, or the timer is gone
+    skipped: int = 0  # positions the misfire policy skipped
+    already_fired: int = 0  # found finished: only chained
+    held: int = 0  # another run's live claim: deferred until it lapses
+    enqueued: int = 0
+    failed: int = 0
+    handed_back: int = 0  # leased or claimed, then given back (deadline)
+    taken_over: int = 0  # lapsed claims of dead runs: maybe sent once already
+    refused: int = 0  # not sent: the clock could not be trusted
+    ambiguous: int = 0  # send attempts that timed out after the request went
+    unrecorded: int = 0  # sent and not recorded as ours: sent again by whoever finishes it
+    lags_ms: list[int] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)  # "<fire id>: <reason>"
+
+    def lag_buckets(self) -> Counter[str]:
+        return Counter(lag_bucket(lag) for lag in self.lags_ms)
+
+    def summary(self) -> dict[str, int]:
+        return {
+            k: v for k, v in vars(self).items() if isinstance(v, int) and not isinstance(v, bool)
+        }
+
+
+class ClockSync:
+    """The reference time, kept between measures by the host's monotonic clock: the offset is
+    ``reference - midpoint`` of two local reads around one reference read, its error half that
+    round trip; the wall clock is only checked against the reference at each measure."""
+
+    def __init__(
+        self,
+        clock: Callable[[], int],
+        reference: Callable[[], int],
+        monotonic: Callable[[], int] | None = None,
+    ) -> None:
+        self._wall, self._clock, self._reference = clock, monotonic or clock, reference
+        self.offset: int | None = None
+        self.wall_offset: int | None = None
+        self.error = 0
+        self.measured_at = 0
+
+    def measure(self) -> None:
+        wall, before = self._wall(), self._clock()
+        ref = self._reference()
+        after = self._clock()
+        self.offset = ref - (before + after) // 2
+        self.wall_offset = ref - (wall + (after - before) // 2)
+        self.error = (after - before + 1) // 2 + 1
+        self.measured_at = after
+
+    @property
+    def trusted(self) -> bool:
+        return (
+            self.offset is not None
+            and self.wall_offset is not None
+            and abs(self.wall_offset) <= MAX_CLOCK_OFFSET_MS
+            and self.error <= MAX_CLOCK_ERROR_MS
+        )
+
+    def now(self) -> int:
+        return self._clock() + (self.offset or 0)
+
+    def lower(self) -> int:
+        """A time the reference has certainly reached."""
+        return self.now() - self.error
+
+    def stale(self) -> bool:
+        return self._clock() - self.measured_at > CLOCK_RESYNC_MS
+
+
+# ---------------------------------------------------------------- claims
+
+
+@dataclass
+class Job:
+    """One leased card on its way through a run."""
+
+    card: Card
+    fresh: bool  # the timer active at the card's revision: may create a claim (R2)
+    decided: Step | None = None  # what a fresh card fires
+    entry: Entry | None = None  # what holds the position: ours, or the one found
+    home: str | None = None  # the fire-log item the entry lives in, once located
+    delivery: Delivery | None = None
+
+    @property
+    def timer(self) -> Timer:
+        return self.card.timer
+
+    @property
+    def name(self) -> str:
+        return entry_name(self.timer.id, self.card.pos)
+
+    @property
+    def root(self) -> EntryRef:
+        return entry_ref(self.timer.partition, self.timer.id, self.card.pos)
+
+    @property
+    def ref(self) -> EntryRef:
+        return (self.home or self.root[0]), self.name
+
+    @property
+    def fire_ms(self) -> int:
+        """The occurrence fired: the claim's decision, whoever made it (a takeover keeps it)."""
+        if self.entry is not None:
+            return self.entry.fired if self.entry.fired is not None else self.card.pos
+        fired = self.decided.fire_ms if self.decided is not None else None
+        return fired if fired is not None else self.card.pos
+
+    @property
+    def send_at(self) -> int:
+        return max(self.card.pos, self.fire_ms)
+
+
+@dataclass
+class Claimed:
+    ours: list[Job] = field(default_factory=list)  # pending: to send; finished: to chain
+    held: dict[Card, int] = field(default_factory=dict)  # leasable again from the score
+    stale: list[Card] = field(default_factory=list)
+    given_back: int = 0
+    taken_over: int = 0
+    already_fired: int = 0
+
+    def add(self, other: Claimed) -> None:
+        self.ours += other.ours
+        self.held.update(other.held)
+        self.stale += other.stale
+        self.given_back += other.given_back
+        self.taken_over += other.taken_over
+        self.already_fired += other.already_fired
+
+
+@dataclass
+class Claimer:
+    """A fresh card claims its position with one conditional write per item and chunk (at the
+    root of its path, or below the full items seen); when a write fails, one consistent read
+    locates each entry and :func:`decide_claim` sorts it out (R1, R2)."""
+
+    log: FireLog
+    owner: str
+    until: int  # the claims hold until then (the run's deadline)
+    now: Callable[[], int]
+    may_write: Callable[[], bool]
+
+    @property
+    def chunk(self) -> int:
+        return min(CHUNK, self.log.cap // 2)
+
+    def claim(self, jobs: Sequence[Job]) -> Claimed:
+        out = Claimed()
+        by_item = self._by_home([j for j in jobs if j.fresh])
+        if by_item:
+            with ThreadPoolExecutor(max(1, min(ITEM_WORKERS, len(by_item)))) as pool:
+                for part in pool.map(self._claim_item, by_item.items()):
+                    out.add(part)
+        if stale := [j for j in jobs if not j.fresh]:
+            out.add(self._sort_out(stale))
+        return out
+
+    def _by_home(self, jobs: Sequence[Job]) -> dict[str, list[Job]]:
+        by_item: dict[str, list[Job]] = defaultdict(list)
+        now = self.now()
+        for job in {job.name: job for job in jobs}.values():
+            by_item[self.log.home_guess(job.ref, now)].append(job)
+        return by_item
+
+    def _claim_item(self, item: tuple[str, list[Job]]) -> Claimed:
+        key, jobs = item
+        out = Claimed()
+        while jobs:
+            chunk, jobs = jobs[: self.chunk], jobs[self.chunk :]
+            out.add(self._claim_chunk(key, chunk))
+            regrouped = self._by_home(jobs)  # a write that found the item sealed learnt it
+            if regrouped.keys() - {key}:
+                for below in regrouped.items():
+                    out.add(self._claim_item(below))
+                break
+        return out
+
+    def _claim_chunk(self, key: str, jobs: list[Job], depth: int = 0) -> Claimed:
+        """One conditional write; on failure, a read sorts it out. A write that times out is
+        tried again with the same owner (one applied despite the error is then ours)."""
+        entries = {job.name: self._mine(job) for job in jobs}
+        for attempt in range(CLAIM_ATTEMPTS):
+            try:
+                if self.log.claim(key, entries):
+                    for job in jobs:
+                        job.entry, job.home = entries[job.name], key
+                    return Claimed(ours=list(jobs))
+                return self._sort_out(jobs, depth)
+            except (BotoCoreError, ClientError):
+                if attempt + 1 < CLAIM_ATTEMPTS and self.may_write():
+                    log.warning("claim failed; retrying", exc_info=True)
+                    continue
+                log.warning("claim failed; cards given back", exc_info=True)
+        later = self.now() + CLAIM_RETRY_MS
+        return Claimed(held={j.card: max(j.card.pos, later) for j in jobs}, given_back=len(jobs))
+
+    def _mine(self, job: Job) -> Entry:
+        assert job.decided is not None
+        c = job.card
+        return entry_for(job.decided, c.timer.rev, c.pos, c.pv, self.owner, self.until)
+
+    def _sort_out(self, jobs: Sequence[Job], depth: int = 0) -> Claimed:
+        out = Claimed()
+        found = self.log.locate([job.root for job in jobs], consistent=True, learn=True)
+        now = self.now()
+        to_claim: dict[str, list[Job]] = defaultdict(list)
+        counts: dict[str, int] = {}
+        for job in jobs:
+            at = found[job.root]
+            job.home = at.key
+            action = decide_claim(
+                at.entry, rev=job.timer.rev, fresh=job.fresh, owner=self.owner, now_ms=now
+            )
+            if action in ("claim", "take_over") and not self.may_write():
+                out.held[job.card] = job.card.pos
+            elif action == "claim" and at.entry is None:
+                to_claim[at.key].append(job)
+                counts[at.key] = at.count
+            elif action == "claim":  # over a fence of an older revision
+                assert at.entry is not None
+                self._take(job, self._mine(job), at.entry, out)
+            elif action == "take_over":  # the claimant is gone; its decision stands
+                assert at.entry is not None
+                if self._take(
+                    job, replace(at.entry, owner=self.owner, until=self.until), at.entry, out
+                ):
+                    out.taken_over += 1
+            elif action in ("ours", "done"):
+                job.entry = at.entry
+                out.ours.append(job)
+                out.already_fired += action == "done"
+            elif action == "wait":  # back when that claim lapses
+                assert at.entry is not None
+                out.held[job.card] = max((at.entry.until or 0) + LAPSE_MARGIN_MS, now + 1)
+            else:
+                out.stale.append(job.card)
+        for key, group in to_claim.items():
+            if depth > MAX_DEPTH + 1:  # cannot happen while seals only go down; never loop
+                out.held.update({j.card: j.card.pos for j in group})
+            elif counts[key] + len(group) > self.log.cap:
+                self.log.seal(key)  # no room: its positions' homes are below it from now on
+                out.add(self._sort_out(group, depth + 1))
+            else:
+                for chunk in chunks({j.name: j for j in group}, self.chunk):
+                    out.add(self._claim_chunk(key, list(chunk.values()), depth + 1))
+        return out
+
+    def _take(self, job: Job, entry: Entry, old: Entry, out: Claimed) -> bool:
+        assert job.home is not None
+        if self.log.take_over(job.home, job.name, entry, old):
+            job.entry = entry
+            out.ours.append(job)
+            return True
+        out.held[job.card] = job.card.pos  # raced: look again at once
+        return False
+
+
+# ---------------------------------------------------------------- a run
+
+
+@dataclass(frozen=True)
+class RunMarker:
+    slot: int
+    token: str
+
+
+def run_trigger(
+    deps: TriggerDeps, bucket: int, remaining_ms: int, marker: RunMarker | None = None
+) -> TriggerReport:
+    """Fire the bucket's cards due within ARM_MS, and keep going while more fall due. With the
+    fan-out's ``marker``, the run keeps its slot marked while it goes and clears it at the end
+    (the fan-out's next peek then sees whatever was added meanwhile)."""
+    if marker is not None:
+        deps.index.touch_run(bucket, marker.slot, marker.token, remaining_ms + LEASE_GRACE_MS)
+
+    def ended() -> None:  # not on a kill (BaseException in tests): a killed run does nothing
+        if marker is not None:
+            deps.index.end_run(bucket, marker.slot, marker.token)
+
+    run = Run(deps, bucket, remaining_ms)
+    try:
+        report = run.go()
+    except Exception:
+        log.exception("trigger run failed", extra=run.report.summary())
+        ended()
+        raise
+    ended()
+    return report
+
+
+class Run:
+    def __init__(self, deps: TriggerDeps, bucket: int, remaining_ms: int) -> None:
+        self.deps = deps
+        self.bucket = bucket
+        self.report = TriggerReport(bucket)
+        self.owner = deps.new_owner()
+        self.sync = ClockSync(deps.clock, deps.reference, deps.monotonic)
+        self.sync.measure()
+        self.started = self.sync.now()
+        self.end = self.started + remaining_ms  # the invocation's hard end, reference time
+        self.pending: list[Job] = []  # claimed, waiting for their send instant
+        self.next_due: int | None = None  # when the bucket next has something to lease
+        self.held: dict[str, Card] = {}  # leased and not yet settled, by member
+        self.sender = Sender(
+            deps.sqs,
+            self.sync.now,
+            deps.sleep,
+            self._may_send,
+            delivery_queue_url=deps.delivery_queue_url,
+        )
+        self._hook = deps.hooks or (lambda _: None)
+        self._hold_ms = hold_ms(deps.lookahead_ms, deps.retention_ms)
+
+    def go(self) -> TriggerReport:
+        if not self.sync.trusted:
+            log.error(
+                "clock not trusted; not firing",
+                extra={"offset_ms": self.sync.wall_offset, "error_ms": self.sync.error},
+            )
+            self.report.refused += 1
+            return self.report
+        self.next_due = self.started  # unknown yet: lease at once
+        try:
+            while True:
+                # What is due goes out first: a backlog is leased, claimed and sent a lease at
+                # a time, never claimed whole before the first send.
+                if self._sendable() and not self._send_due():
+                    break  # refused: out of time, or the clock is no longer trusted
+                now = self.sync.now()
+                may_lease = self._may_lease(now)
+                soon = bool(self.pending) and self.pending[0].send_at - now <= SEND_FIRST_MS
+                leasable = self.next_due is not None and self.next_due <= now + ARM_MS
+                if may_lease and leasable and not soon:
+                    self.next_due = self._lease_and_claim()
+                    continue
+                if not self.pending:
+                    break
+                wake = self.pending[0].send_at + SEND_GUARD_MS
+                if may_lease and self.next_due is not None and not soon:
+                    wake = min(wake, max(now + 1, self.next_due - ARM_MS))
+                while (left := wake - self.sync.lower()) > 0:
+                    self.deps.sleep(left / 1000)
+        except Exception:
+            self._hand_back()
+            raise
+        self._hand_back()
+        return self.report
+
+    def _sendable(self) -> bool:
+        return bool(self.pending) and self.sync.lower() >= self.pending[0].send_at + SEND_GUARD_MS
+
+    def _left(self) -> int:
+        return self.end - self.sync.now()
+
+    def _may_lease(self, now: int) -> bool:
+        work = REDIS_CALL_MS + DYNAMO_CALL_MS + SEND_RESERVE_MS
+        return now - self.started < STOP_LEASING_MS and self._left() > work
+
+    def _may_claim(self) -> bool:
+        return self._left() > DYNAMO_CALL_MS + SEND_RESERVE_MS
+
+    def _may_send(self, deliveries: Sequence[Delivery]) -> bool:
+        """An attempt starts only if it, its record and its settle end before the deadline,
+        and only when every fire in it is due by the lower bound of the reference time."""
+        if self._left() <= SEND_RESERVE_MS:
+            return False
+        if self.sync.stale():
+            self.sync.measure()
+        if not self.sync.trusted:
+            self.report.refused += 1
+            return False
+        return self.sync.lower() >= max((d.fire_ms for d in deliveries), default=0) + SEND_GUARD_MS
+
+    # ------------------------------------------------------------ lease, triage, claim
+
+    def _lease_and_claim(self) -> int | None:
+        self.next_due = None
+        self.sync.measure()
+        if not self.sync.trusted:
+            self.report.refused += 1
+            return None
+        now = self.sync.now()
+        leased = self.deps.index.lease(
+            self.bucket, now + ARM_MS, self.end + LEASE_GRACE_MS, self.deps.lease_limit
+        )
+        self.report.leases += 1
+        self.report.leased += len(leased.cards)
+        self.held.update((c.member, c) for c in leased.cards)
+        self._hook("leased")
+        jobs = self._triage(leased.cards)
+        if not self._may_claim():
+            return leased.next_due  # the hand-back gives the leases back
+        claimer = Claimer(self.deps.log, self.owner, self.end, self.sync.now, self._may_claim)
+        claimed = claimer.claim(jobs)
+        self.report.taken_over += claimed.taken_over
+        self.report.already_fired += claimed.already_fired
+        self.report.handed_back += claimed.given_back
+        if claimed.held:
+            self.report.held += len(claimed.held) - claimed.given_back
+            self._release(claimed.held)
+        if claimed.stale:
+            self.report.stale += len(claimed.stale)
+            self._drop(claimed.stale)
+        self._hook("claimed")
+        firing = [j for j in claimed.ours if j.entry is not None and j.entry.state == "p"]
+        for job in firing:
+            job.delivery = Delivery(job.timer, job.fire_ms, ref=job.ref)
+        self.pending = sorted(self.pending + firing, key=lambda j: j.send_at)
+        self._finish([j for j in claimed.ours if j.entry is not None and j.entry.finished])
+        return _earliest(leased.next_due, self.next_due)
+
+    def _triage(self, cards: Sequence[Card]) -> list[Job]:
+        """A card of an active timer is *fresh* and decided now (the misfire policy); any other
+        only takes over, waits for or acknowledges a claim. A card overdue by more than half the
+        retention is checked against DynamoDB: the fence that stops a stale card (a change whose
+        Redis update failed) expires with its fire-log item."""
+        now = self.sync.now()
+        old = {c.member for c in cards if c.pos < now - self.deps.retention_ms // 2}
+        keys = [(c.timer.tenant, c.timer.id) for c in cards if c.member in old]
+        found = self.deps.timers.get_many(keys) if keys else {}
+        jobs, gone = [], []
+        for card in cards:
+            if card.member in old:
+                stored = found.get((card.timer.tenant, card.timer.id))
+                if stored is None or stored.rev != card.timer.rev:
+                    gone.append(card)  # the current revision is restored from its listing
+                    continue
+                card = replace(card, timer=stored)
+            fresh = card.timer.status == "active"
+            decided = step(card.timer, card.pos, card.n, max(now, card.pos)) if fresh else None
+            jobs.append(Job(card, fresh, decided))
+        if gone:
+            self.report.stale += len(gone)
+            self._drop(gone)
+        return jobs
+
+    def _release(self, scores: Mapping[Card, int]) -> None:
+        self.deps.index.release(self.bucket, scores)
+        for card in scores:
+            self.held.pop(card.member, None)
+
+    def _drop(self, cards: Sequence[Card]) -> None:
+        """Stale cards leave Redis (a newer revision's own card, if any, is newer: kept)."""
+        earliest = self.deps.index.settle(self.bucket, [(c, None, c.timer.rev) for c in cards])
+        self.next_due = _earliest(self.next_due, earliest)
+        for card in cards:
+            self.held.pop(card.member, None)
+
+    # ------------------------------------------------------------ send, record, settle
+
+    def _send_due(self) -> bool:
+        lower = self.sync.lower()
+        due = [j for j in self.pending if j.send_at + SEND_GUARD_MS <= lower]
+        self.sender.send([j.delivery for j in due if j.delivery is not None])
+        self.report.ambiguous = self.sender.ambiguous
+        self._hook("sent")
+        sent = [j for j in due if j.delivery is not None and j.delivery.settled]
+        done = {id(j) for j in sent}
+        self.pending = [j for j in self.pending if id(j) not in done]
+        self._finish(self._record(sent))
+        return bool(sent)
+
+    def _record(self, jobs: Sequence[Job]) -> list[Job]:
+        """Record each sent job's outcome; returns the jobs recorded as ours."""
+        outcomes: dict[str, dict[str, Entry]] = defaultdict(dict)
+        by_ref: dict[EntryRef, Job] = {}
+        for job in jobs:
+            d = job.delivery
+            assert d is not None and job.entry is not None
+            state: State = "d" if d.enqueued_ms is not None else "f"
+            at = d.enqueued_ms if d.enqueued_ms is not None else self.sync.now()
+            outcomes[job.ref[0]][job.name] = replace(
+                job.entry,
+                state=state,
+                owner=None,
+                until=None,
+                enqueued=at,
+                reason=d.failure,
+                hook=job.timer.webhook is not None,
+            )
+            by_ref[job.ref] = job
+            if d.enqueued_ms is not None:
+                self.report.enqueued += 1
+                self.report.lags_ms.append(d.fired_ms - d.fire_ms)
+            else:
+                self.report.failed += 1
+                self.report.failures.append(f"{d.id}: {d.failure}")
+        recorded = self._write_back(outcomes, by_ref)
+        self._hook("recorded")
+        return recorded
+
+    def _write_back(
+        self, outcomes: Mapping[str, Mapping[str, Entry]], jobs: Mapping[EntryRef, Job]
+    ) -> list[Job]:
+        """Write our entries (outcomes, or released claims) a chunk per write, retried while the
+        deadline allows; a chunk that fails its condition (a change adopted an entry) is
+        written entry by entry, merging the adoption."""
+        done: list[Job] = []
+        for key, entries in outcomes.items():
+            for chunk in chunks(entries):
+                if self._retried(self.deps.log.record, key, self.owner, chunk):
+                    written = chunk
+                else:
+                    written = {}
+                    for name, mine in chunk.items():
+                        merged = self._retried(self.deps.log.rewrite, key, name, self.owner, mine)
+                        if merged is None:
+                            self.report.unrecorded += mine.state != "p"  # taken over: re-sent
+                        else:
+                            written[name] = merged
+                for name, entry in written.items():
+                    job = jobs[(key, name)]
+                    job.entry = entry
+                    done.append(job)
+        return done
+
+    def _retried(self, write: Callable[..., T], *args: Any) -> T:
+        while True:
+            try:
+                return write(*args)
+            except (BotoCoreError, ClientError):
+                if self._left() <= RECORD_CALL_MS + 2 * REDIS_CALL_MS:
+                    self.report.unrecorded += 1  # re-sent once its claim lapses
+                    raise
+                log.warning("record failed; retrying", exc_info=True)
+
+    def _finish(self, jobs: Sequence[Job]) -> None:
+        """Move checkpoints where needed, then settle each card: chained to its successor if
+        due within the hold, else dropped. A position chains only under the revision that owns
+        its entry, while that revision is the timer's and the timer is active."""
+        if not jobs:
+            return
+        now = self.sync.now()
+        moves: list[tuple[Card, Card | None, int]] = []
+        for job in jobs:
+            entry = job.entry
+            assert entry is not None
+            self.report.skipped += entry.state == "k"
+            pos = job.card.pos
+            timer = self._owner_of(job)
+            following = None if timer is None else successor(entry, pos, timer.plan)
+            chained = following is not None and following <= now + self._hold_ms
+            if (
+                timer is not None
+                and is_recurring(timer.schedule)
+                and needs_checkpoint(entry, chained)
+            ):
+                if following is None:
+                    self.deps.checkpoints.complete(
+                        timer, entry.n, pos, now + self.deps.retention_ms
+                    )
+                else:
+                    self.deps.checkpoints.move(timer, following, entry.n, pos)
+            nxt = Card(timer, following, entry.n, pos) if timer and following and chained else None
+            moves.append((job.card, nxt, entry.rev))
+        self._hook("checkpointed")
+        earliest = self.deps.index.settle(self.bucket, moves)
+        for card, _, _ in moves:
+            self.held.pop(card.member, None)
+        self.next_due = _earliest(self.next_due, earliest)
+        self._hook("finished")
+
+    def _owner_of(self, job: Job) -> Timer | None:
+        """The timer at its entry's revision, if current and active (read once if the entry is
+        newer than the card: a change adopted it)."""
+        assert job.entry is not None
+        rev, timer = job.entry.rev, job.timer
+        if rev > timer.rev:
+            timer = self.deps.timers.get_many([(timer.tenant, timer.id)]).get(
+                (timer.tenant, timer.id), timer
+            )
+        return timer if timer.rev == rev and timer.status == "active" else None
+
+    def _hand_back(self) -> None:
+        """Give back what this run will not finish: its claims released (valid until 0: the
+        next run takes them over at once, keeping each decision), its cards due at once."""
+        unsent, self.pending = self.pending, []
+        try:
+            released: dict[str, dict[str, Entry]] = defaultdict(dict)
+            for job in unsent:
+                assert job.entry is not None
+                released[job.ref[0]][job.name] = replace(job.entry, until=0)
+            self._write_back(released, {job.ref: job for job in unsent})
+            if self.held:
+                self.report.handed_back += len(self.held)
+                self.deps.index.release(self.bucket, {c: c.pos for c in self.held.values()})
+                self.held = {}
+        except Exception:  # the leases end and the claims lapse at the deadline instead
+            log.exception("hand-back failed; leases and claims will lapse")
+
+
+def _earliest(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
