@@ -4,7 +4,7 @@ Redis."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import boto3
@@ -95,10 +95,13 @@ class Api:
         return dict(reply.body)
 
 
-def make_api(monkeypatch: pytest.MonkeyPatch, clock: FakeClock, redis_url: str) -> Api:
+def make_api(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock, redis_url: str, **settings: Any
+) -> Api:
+    """The api handler on a flushed Redis; ``settings`` override the local stack's."""
     conn = redis.Redis.from_url(redis_url, decode_responses=True)
     conn.flushall()
-    runtime = build_runtime(SETTINGS, clock, redis_conn=conn)
+    runtime = build_runtime(replace(SETTINGS, **settings), clock, redis_conn=conn)
     monkeypatch.setattr(api_app, "runtime", lambda: runtime)
     sqs = boto3.client("sqs")
     keys, queues = {}, {}

@@ -3,7 +3,7 @@
 Sleeping advances the fake clock, so an armed run really "waits" for a due instant. Every send
 is recorded with the reference time it happened at (what SQS's SentTimestamp shows a consumer).
 
-Which test guards which invariant (pure rules: tests/unit/test_chain.py):
+Which test guards which invariant (pure rules: tests/unit/test_entries.py):
 1 never early   - every recorded send (``Rig.sends``) and drained message;
                   test_a_run_started_early_waits_for_the_due_instant,
                   test_never_early_whatever_the_host_clock_says, test_a_host_clock_*
@@ -15,7 +15,7 @@ Which test guards which invariant (pure rules: tests/unit/test_chain.py):
                   test_a_second_run_during_the_first_sends_each_fire_once, test_fifo_targets_*
 4 changes win   - test_a_change_after_the_lease_before_the_claim_wins,
                   test_a_change_after_the_claim_lets_that_fire_go_and_stops_the_rest,
-                  test_a_member_of_an_older_revision_is_dropped
+                  test_a_stale_card_never_claims
 5 tenants apart - test_due_timers_fire_once_on_time_with_the_contract_body (own queues)
 6 target fails  - test_a_deleted_queue_*, test_throttling_*, test_access_denied_*,
                   test_a_slow_queue_does_not_hold_up_another
@@ -43,18 +43,19 @@ from functions.trigger import app as trigger_app
 from ops.local.context import LambdaContext
 from tests.integration.api_harness import SETTINGS, Api, make_api
 from tests.support.callbacks import drain
-from tests.support.chains import entry
 from tests.support.clock import T0, FakeClock
 from timers.adapters import tenants
-from timers.adapters.claims import ClaimStore
-from timers.adapters.redis_index import RedisIndex
-from timers.adapters.timers_table import PAYLOAD_SUFFIX, MissingPayload, PayloadItem, TimerItem
-from timers.adapters.warmth import WarmthStore
-from timers.claiming import CLAIM_ATTEMPTS, CLAIM_RETRY_MS
-from timers.core.chain import CHECKPOINT_EVERY, LAPSE_MARGIN_MS, Entry, Member, entry_ref
+from timers.adapters.timers_table import PAYLOAD_SUFFIX, PayloadItem, TimerItem
 from timers.core.times import format_ms, parse_ms
-from timers.firing import (
+from timers.engine import keys
+from timers.engine.entries import CHECKPOINT_EVERY, LAPSE_MARGIN_MS, Entry, entry_ref
+from timers.engine.index import BucketIndex, Card
+from timers.engine.log import FireLog
+from timers.engine.migrate import MigrationReport, run_migrator
+from timers.engine.trigger import (
     ARM_MS,
+    CLAIM_ATTEMPTS,
+    CLAIM_RETRY_MS,
     HOOKS,
     LEASE_GRACE_MS,
     MAX_CLOCK_OFFSET_MS,
@@ -64,8 +65,7 @@ from timers.firing import (
     TriggerReport,
     run_trigger,
 )
-from timers.migrate import run_migrator
-from timers.runtime import DAY_MS, migrator_deps
+from timers.runtime import DAY_MS, migrator_deps, trigger_deps
 from timers.sending import SEND_ATTEMPTS
 
 pytestmark = pytest.mark.integration
@@ -116,7 +116,6 @@ class RecordingSqs:
 @dataclass
 class Rig:
     api: Api
-    index: RedisIndex
     clock: FakeClock
     sqs: RecordingSqs = field(init=False)
     host_offset_ms: int = 0  # how wrong the trigger host's clock is
@@ -125,35 +124,40 @@ class Rig:
         self.sqs = RecordingSqs(boto3.client("sqs"), self.clock)
 
     @property
-    def claims(self) -> ClaimStore:
-        return self.api.runtime.service.claims
+    def index(self) -> BucketIndex:
+        return self.api.runtime.wiring.index
+
+    @property
+    def log(self) -> FireLog:
+        return self.api.runtime.wiring.log
 
     def sleep(self, seconds: float) -> None:
         self.clock.advance(max(1, math.ceil(seconds * 1000)))
 
     def deps(self, **overrides: Any) -> TriggerDeps:
-        wiring: dict[str, Any] = {
-            "index": self.index,
-            "claims": self.claims,
-            "timers": self.api.runtime.service.timers,
-            "sqs": self.sqs,
-            "clock": lambda: self.clock() + self.host_offset_ms,
-            "monotonic": lambda: self.clock() - T0 + 12_345,  # elapsed time, its own origin
-            "reference": self.clock,
-            "lookahead_ms": SETTINGS.lookahead_seconds * 1000,
-            "retention_ms": SETTINGS.fire_retention_days * DAY_MS,
-            "sleep": self.sleep,
-        }
-        return TriggerDeps(**{**wiring, **overrides})
+        return trigger_deps(
+            self.api.runtime.wiring,
+            **{
+                "sqs": self.sqs,
+                "clock": lambda: self.clock() + self.host_offset_ms,
+                "monotonic": lambda: self.clock() - T0 + 12_345,  # elapsed time, own origin
+                "reference": self.clock,
+                "sleep": self.sleep,
+                **overrides,
+            },
+        )
+
+    def migrate(self) -> MigrationReport:
+        return run_migrator(migrator_deps(self.api.runtime.wiring, sleep=self.sleep), self.clock())
 
     def run(self, remaining_ms: int = REMAINING_MS, **overrides: Any) -> list[TriggerReport]:
         """One run for every bucket with something leasable, as the fan-out would start."""
         now = self.clock()
-        backlog = self.index.backlog(range(self.index.bucket_count), now + ARM_MS, now)
+        peeks = self.index.peek(range(self.index.bucket_count), now + ARM_MS)
         return [
             run_trigger(self.deps(**overrides), bucket, remaining_ms)
-            for bucket, count in sorted(backlog.items())
-            if count
+            for bucket, peek in sorted(peeks.items())
+            if not isinstance(peek, Exception) and peek.backlog
         ]
 
     def run_until_idle(self, **overrides: Any) -> list[TriggerReport]:
@@ -180,32 +184,31 @@ class Rig:
         return dict(self.api.call("GET", f"/v1/timers/{timer_id}", tenant=tenant).body)
 
     def stored(self, timer_id: str, tenant: str = "acme") -> Any:
-        return self.api.runtime.service.timers.get(tenant, timer_id)
+        return self.api.runtime.wiring.timers.get(tenant, timer_id)
 
     @property
     def stored_store(self) -> Any:
-        return self.api.runtime.service.timers
+        return self.api.runtime.wiring.timers
 
     def stored_item_expiry(self, timer_id: str, tenant: str = "acme") -> Any:
         return TimerItem.get(tenant, timer_id).expires_at
 
-    def members(self) -> set[Member]:
-        """Every position waiting in Redis, due or leased."""
-        out: set[Member] = set()
+    def cards(self) -> dict[str, tuple[int, Card]]:
+        """Every card in Redis (member -> its score and card), due or leased."""
+        out: dict[str, tuple[int, Card]] = {}
         for bucket in range(self.index.bucket_count):
-            due, leased = self.index.members(bucket)
-            out |= set(due) | set(leased)
+            out |= self.index.cards(bucket)
         return out
 
+    def positions(self) -> set[tuple[str, int]]:
+        """(timer id, position) of every card in Redis."""
+        return {(card.timer.id, card.pos) for _, card in self.cards().values()}
 
-def rig_with(api: Api, clock: FakeClock, buckets: int) -> Iterator[Rig]:
-    """A rig whose api and trigger agree on the bucket count; after the test, invariant 1 is
-    checked on every send it recorded (the reference time of the send, not its claim)."""
-    service = api.runtime.service
-    service.bucket_count = buckets
-    index = RedisIndex(api.runtime.redis, buckets)
-    service.index = index
-    rig = Rig(api, index, clock)
+
+def rig_with(api: Api, clock: FakeClock) -> Iterator[Rig]:
+    """After the test, invariant 1 is checked on every send the rig recorded (the reference
+    time of the send, not its claim)."""
+    rig = Rig(api, clock)
     yield rig
     early = [s for s in rig.sqs.sent if s.at < s.scheduled]
     assert not early, f"sent early: {early}"
@@ -216,7 +219,7 @@ def rig(
     aws: None, clock: FakeClock, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Rig]:
     """Every timer in one bucket, so a test's timers share runs and claim items."""
-    yield from rig_with(make_api(monkeypatch, clock, redis_url), clock, buckets=1)
+    yield from rig_with(make_api(monkeypatch, clock, redis_url, bucket_count=1), clock)
 
 
 @pytest.fixture
@@ -224,9 +227,7 @@ def spread_rig(
     aws: None, clock: FakeClock, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Rig]:
     """The deployment's bucket count: timers spread over buckets, one run per due bucket."""
-    yield from rig_with(
-        make_api(monkeypatch, clock, redis_url), clock, buckets=SETTINGS.bucket_count
-    )
+    yield from rig_with(make_api(monkeypatch, clock, redis_url), clock)
 
 
 def after(seconds: float) -> dict[str, Any]:
@@ -251,7 +252,8 @@ def test_due_timers_fire_once_on_time_with_the_contract_body(spread_rig: Rig) ->
     until_armed(rig, T0 + 1_000)
     (first,) = rig.run()  # the run waits for 10:00:01 and sends
     assert (first.enqueued, rig.clock() >= T0 + 1_000) == (1, True)
-    assert Member("acme", every["id"], T0 + 2_000, 1, 1, T0 + 1_000) in rig.members()  # chained
+    _, chained = rig.cards()[f"acme|{every['id']}"]
+    assert (chained.pos, chained.n, chained.pv) == (T0 + 2_000, 1, T0 + 1_000)
     until_armed(rig, T0 + 2_000)
     reports = rig.run()
     assert sum(r.enqueued for r in reports) == 3
@@ -341,7 +343,7 @@ def test_a_host_clock_too_far_off_sends_nothing(rig: Rig, offset_ms: int) -> Non
     rig.clock.now = T0 + 2_000
     (report,) = rig.run()
     assert (report.refused, report.leased, rig.sqs.sent) == (1, 0, [])
-    assert {m.timer_id for m in rig.members()} == {timer["id"]}  # still there for a sane host
+    assert rig.positions() == {(timer["id"], T0 + 1_000)}  # still there for a sane host
     rig.host_offset_ms = 0
     (report,) = rig.run()
     assert report.enqueued == 1
@@ -397,7 +399,7 @@ def test_a_kill_at_any_step_is_finished_by_the_next_run(rig: Rig, step: str) -> 
     assert rig.timer(one["id"])["status"] == "completed"
     recurring = rig.timer(every["id"])
     assert (recurring["fire_count"], recurring["next_fire_at"]) == (1, format_ms(T0 + 120_000))
-    assert any(m.timer_id == every["id"] and m.due == T0 + 120_000 for m in rig.members())
+    assert (every["id"], T0 + 120_000) in rig.positions()
 
 
 @pytest.mark.parametrize(("first", "second"), list(itertools.product(HOOKS, HOOKS)))
@@ -423,7 +425,7 @@ def test_interleaved_runs_crashing_at_every_step_send_each_fire_once_but_after_a
     copies = 1 + (first == "sent") + (second == "sent" and second_sends)
     assert rig.per_fire() == Counter({f"{t['id']}:{T0 + 1_000}": copies for t in timers})
     assert {rig.timer(t["id"])["status"] for t in timers} == {"completed"}
-    assert rig.members() == set()
+    assert rig.positions() == set()
 
 
 @pytest.mark.parametrize("step", HOOKS)
@@ -447,7 +449,7 @@ def test_a_live_claim_of_another_run_defers_the_member_until_it_lapses(rig: Rig)
     key, name = entry_ref(rig.stored(timer["id"]).partition, timer["id"], T0 + 1_000)
     until = T0 + 10_000
     theirs = Entry("p", 1, n=1, owner="other-run", until=until)
-    assert rig.claims.claim(key, {name: theirs})
+    assert rig.log.claim(key, {name: theirs})
     rig.clock.now = T0 + 1_000
     (report,) = rig.run()
     assert (report.held, report.enqueued, rig.sqs.sent) == (1, 0, [])
@@ -477,7 +479,7 @@ def test_a_run_out_of_time_never_duplicates_nor_loses(
         for timer in create_many(rig, tenant, 120, [T0 + 1_000, T0 + 1_100, T0 + 1_200])
     ]
     rig.sqs.delay_ms = sqs_ms
-    slow = SlowClaims(rig.claims, rig.clock, claim_ms)
+    slow = SlowLog(rig.log, rig.clock, claim_ms)
     rig.clock.now = T0 + 1_000
     end = rig.clock() + remaining_ms
 
@@ -489,7 +491,7 @@ def test_a_run_out_of_time_never_duplicates_nor_loses(
     with contextlib.suppress(Kill):
         rig.run(
             remaining_ms,
-            claims=slow,
+            log=slow,
             clock=clock_of_a_run_that_is_killed_at_its_end,
             reference=clock_of_a_run_that_is_killed_at_its_end,
         )
@@ -504,23 +506,23 @@ def test_a_run_out_of_time_never_duplicates_nor_loses(
         rig.drain(queue)
 
 
-class SlowClaims(ClaimStore):
-    """The claims table, each write taking ``delay_ms`` of the injected clock."""
+class SlowLog(FireLog):
+    """The fire log, each write taking ``delay_ms`` of the injected clock."""
 
-    def __init__(self, real: ClaimStore, clock: FakeClock, delay_ms: int) -> None:
+    def __init__(self, real: FireLog, clock: FakeClock, delay_ms: int) -> None:
         super().__init__(real.table, real.retention_days, real.client)
         self.clock, self.delay_ms = clock, delay_ms
 
-    def _update(self, *args: Any, **kwargs: Any) -> bool:
+    def _write(self, *args: Any, **kwargs: Any) -> bool:
         self.clock.advance(self.delay_ms)
-        return super()._update(*args, **kwargs)
+        return super()._write(*args, **kwargs)
 
 
-class FlakyClaims(ClaimStore):
-    """The claims table, whose next ``claim`` or ``record`` calls fail by script: a timeout
-    after DynamoDB applied the write (``"applied"``) or before it reached it (``"lost"``)."""
+class FlakyLog(FireLog):
+    """The fire log, whose next ``claim`` or ``record`` calls fail by script: a timeout after
+    DynamoDB applied the write (``"applied"``) or before it reached it (``"lost"``)."""
 
-    def __init__(self, real: ClaimStore, **script: list[str]) -> None:
+    def __init__(self, real: FireLog, **script: list[str]) -> None:
         super().__init__(real.table, real.retention_days, real.client)
         self.script = script
 
@@ -534,10 +536,10 @@ class FlakyClaims(ClaimStore):
         return result
 
     def claim(self, key: str, entries: Any) -> bool:
-        return self._flaky("claim", lambda: super(FlakyClaims, self).claim(key, entries))
+        return self._flaky("claim", lambda: super(FlakyLog, self).claim(key, entries))
 
     def record(self, key: str, owner: str, entries: Any) -> bool:
-        return self._flaky("record", lambda: super(FlakyClaims, self).record(key, owner, entries))
+        return self._flaky("record", lambda: super(FlakyLog, self).record(key, owner, entries))
 
 
 @pytest.mark.parametrize("how", ["lost", "applied"])
@@ -546,8 +548,7 @@ def test_a_record_that_times_out_is_retried_so_the_fire_is_sent_once(rig: Rig, h
     # next run would send the fire again.
     timer = rig.api.create(schedule=after(1))
     rig.clock.now = T0 + 1_000
-    claims = FlakyClaims(rig.claims, record=[how, how])
-    (report,) = rig.run(claims=claims)
+    (report,) = rig.run(log=FlakyLog(rig.log, record=[how, how]))
     assert report.enqueued == 1
     rig.clock.advance(LAPSE_MS)
     rig.run_until_idle()
@@ -560,7 +561,7 @@ def test_a_claim_that_times_out_once_is_retried_and_the_fire_sent_once(rig: Rig,
     # Retried with the same owner: a claim DynamoDB applied is found again as this run's.
     timer = rig.api.create(schedule=after(1))
     rig.clock.now = T0 + 1_000
-    (report,) = rig.run(claims=FlakyClaims(rig.claims, claim=[how]))
+    (report,) = rig.run(log=FlakyLog(rig.log, claim=[how]))
     assert (report.enqueued, report.handed_back, report.held) == (1, 0, 0)
     rig.clock.advance(LAPSE_MS)
     rig.run_until_idle()
@@ -568,13 +569,11 @@ def test_a_claim_that_times_out_once_is_retried_and_the_fire_sent_once(rig: Rig,
 
 
 @pytest.mark.parametrize("how", ["lost", "applied"])
-def test_a_claim_that_times_out_sends_nothing_and_gives_its_members_back(
-    rig: Rig, how: str
-) -> None:
+def test_a_claim_that_times_out_sends_nothing_and_gives_its_cards_back(rig: Rig, how: str) -> None:
     timer = rig.api.create(schedule=after(1))
     rig.clock.now = T0 + 1_000
-    first, *_ = rig.run(claims=FlakyClaims(rig.claims, claim=[how] * CLAIM_ATTEMPTS))
-    assert first.handed_back >= 1 and rig.sqs.sent == [] and len(rig.members()) == 1
+    first, *_ = rig.run(log=FlakyLog(rig.log, claim=[how] * CLAIM_ATTEMPTS))
+    assert first.handed_back >= 1 and rig.sqs.sent == [] and len(rig.positions()) == 1
     assert rig.run() == []  # a claim error is tried again a second later, not in a tight loop
     rig.clock.advance(CLAIM_RETRY_MS)
     if how == "applied":  # the entry is the dead run's until it lapses: late, not twice
@@ -588,13 +587,13 @@ def test_a_run_without_time_for_a_whole_fire_leases_nothing(rig: Rig) -> None:
     rig.clock.now = T0 + 1_000
     (report,) = rig.run(remaining_ms=6_000)  # less than a lease, claim, send, record, finish
     assert (report.leased, rig.sqs.sent) == (0, [])
-    assert len(rig.members()) == 1  # left for a run with time
+    assert len(rig.positions()) == 1  # left for a run with time
 
 
 def test_what_a_run_will_not_send_it_hands_back_at_once(rig: Rig) -> None:
     """Claimed for 10:00:10, but the run must stop before then: the claim is released (valid
-    until 0, never removed: entries only move forward) and the member is due again at once -
-    the next run takes the claim over without waiting for a lapse."""
+    until 0, never removed: entries only move forward) and the card is due again at once - the
+    next run takes the claim over without waiting for a lapse."""
     timer = rig.api.create(schedule=after(10))
     rig.clock.now = T0 + 10_000 - 200
     pos = T0 + 10_000
@@ -607,7 +606,8 @@ def test_what_a_run_will_not_send_it_hands_back_at_once(rig: Rig) -> None:
 
     (report,) = rig.run(hooks=hook)
     assert (report.enqueued, report.handed_back, rig.sqs.sent) == (0, 1, [])
-    released = entry(rig.claims, rig.stored(timer["id"]), pos)
+    ref = entry_ref(rig.stored(timer["id"]).partition, timer["id"], pos)
+    released = rig.log.read([ref], consistent=True)[ref]
     assert released is not None and (released.state, released.until) == ("p", 0)
     (report,) = rig.run()
     assert (report.enqueued, report.taken_over) == (1, 1)
@@ -708,10 +708,7 @@ def test_a_fire_claimed_before_a_change_is_sent_and_counted_whatever_its_run_doe
         rig.clock.advance(LAPSE_MS)  # the dead run's claim lapses
         if then == "dies_and_redis_is_flushed":
             rig.api.runtime.redis.flushall()
-            migrator = migrator_deps(SETTINGS, rig.api.runtime.redis, rig.stored_store,
-                                     rig.claims, rig.api.runtime.service.wakeups,
-                                     index=rig.index)  # fmt: skip
-            run_migrator(migrator, rig.clock())
+            rig.migrate()
     for _ in range(6):
         rig.run_until_idle()
         rig.clock.advance(1_000)
@@ -755,9 +752,7 @@ def test_an_owed_fire_past_a_lowered_max_fires_still_counts_and_stays_findable(
     rig.clock.advance(LAPSE_MS)
     if flushed:
         rig.api.runtime.redis.flushall()
-        migrator = migrator_deps(SETTINGS, rig.api.runtime.redis, rig.stored_store, rig.claims,
-                                 rig.api.runtime.service.wakeups, index=rig.index)  # fmt: skip
-        run_migrator(migrator, rig.clock())
+        rig.migrate()
     for _ in range(4):
         rig.run_until_idle()
         rig.clock.advance(1_000)
@@ -770,18 +765,18 @@ def test_an_owed_fire_past_a_lowered_max_fires_still_counts_and_stays_findable(
 
 @pytest.mark.parametrize("how", ["pause", "delete"])
 def test_a_stale_card_outliving_its_fence_never_fires_a_changed_timer(rig: Rig, how: str) -> None:
-    """A change whose Redis update failed leaves the old member and card in Redis; the fence
-    on the position stops them - until it expires with its claim item. After an outage longer
-    than the retention the stale card must not be believed (found by a random stateful soak:
-    a deleted timer fired half a year later)."""
+    """A change whose Redis update failed leaves the old card in Redis; the fence on the
+    position stops it - until it expires with its fire-log item. After an outage longer than
+    the retention the stale card must not be believed (found by a random stateful soak: a
+    deleted timer fired half a year later)."""
     timer = rig.api.create(schedule={"type": "every", "seconds": 7}, misfire="skip")
-    service = rig.api.runtime.service
-    service.index = None  # the change's Redis update fails (the api logs it and goes on)
+    changes = rig.api.runtime.service.changes
+    changes.index = None  # the change's Redis update fails (the api logs it and goes on)
     reply = (rig.api.call("POST", f"/v1/timers/{timer['id']}/pause") if how == "pause"
              else rig.api.call("DELETE", f"/v1/timers/{timer['id']}"))  # fmt: skip
     assert reply.status in (200, 204), reply.body
-    service.index = rig.index
-    assert rig.members()  # the old member and its card are still there
+    changes.index = rig.index
+    assert rig.positions()  # the old card is still there
     rig.clock.advance((SETTINGS.fire_retention_days + 2) * DAY_MS)  # nothing ran meanwhile
     dynamodb = boto3.client("dynamodb")
     for item in dynamodb.scan(TableName=SETTINGS.claims_table)["Items"]:  # TTL ran: fences gone
@@ -789,7 +784,7 @@ def test_a_stale_card_outliving_its_fence_never_fires_a_changed_timer(rig: Rig, 
             dynamodb.delete_item(TableName=SETTINGS.claims_table, Key={"k": item["k"]})
     rig.run_until_idle()
     assert rig.sqs.sent == []
-    assert rig.members() == set()
+    assert rig.positions() == set()
 
 
 def test_a_takeover_sends_what_the_claim_decided_not_what_it_would_decide_now(rig: Rig) -> None:
@@ -808,18 +803,26 @@ def test_a_takeover_sends_what_the_claim_decided_not_what_it_would_decide_now(ri
     assert rig.timer(timer["id"])["fire_count"] == len(sent)
 
 
-def test_two_members_of_one_position_in_one_run_send_it_once(rig: Rig) -> None:
-    """A member back from a dead run's lease and the one the migrator put back meanwhile name
-    the same position; leased in turn by one run, the second finds the claim is the run's own
-    - and must not send it again."""
+def test_a_card_restored_beside_a_live_run_sends_its_fire_once(rig: Rig) -> None:
+    """A flush while a run holds a fire: the migrator puts the card back and a second run
+    leases it while the first is still sending. The second meets the first's live claim and
+    waits; it comes back to find the fire recorded, and only chains it."""
     timer = rig.api.create(schedule=after(1))
-    (first,) = rig.members()
-    other = Member(first.tenant, first.timer_id, first.due, first.rev, first.n, T0 - 5)
-    rig.api.runtime.redis.zadd("tq:{b0}:due", {str(other): first.due})
-    until_armed(rig, T0 + 1_000)  # both leased (one per lease) and claimed before the send
-    rig.run_until_idle(lease_limit=1)
+    until_armed(rig, T0 + 1_000)
+    nested: list[list[TriggerReport]] = []
+
+    def hook(step: str) -> None:
+        if step == "claimed" and not nested:
+            rig.api.runtime.redis.flushall()
+            rig.migrate()
+            nested.append(rig.run())
+
+    rig.run(hooks=hook)
+    assert [r.held for r in nested[0]] == [1]
+    rig.clock.advance(LAPSE_MS)
+    rig.run_until_idle()
     assert rig.per_fire() == Counter({f"{timer['id']}:{T0 + 1_000}": 1})
-    assert rig.members() == set()
+    assert rig.positions() == set()
 
 
 def test_a_one_shot_paused_past_the_retention_fires_when_resumed(rig: Rig) -> None:
@@ -861,33 +864,47 @@ def test_a_timer_whose_payload_item_is_gone_is_never_sent_with_a_made_up_payload
     rig: Rig,
 ) -> None:
     """Issue 16, defect 5: a missing payload item used to become ``null``. Batch creates now
-    write payload items before their timers; if one is gone anyway, nothing is sent."""
+    write payload items before their timers; if one is gone anyway, nothing is sent - and the
+    other timers of its bucket are restored all the same."""
     timer = rig.api.create(schedule=after(1), payload={"big": "x" * 2_000})
+    other = rig.api.create(schedule=after(1), payload="fine")
     PayloadItem("acme", timer["id"] + PAYLOAD_SUFFIX).delete()
     rig.api.runtime.redis.flushall()  # the card (with its payload) is gone from Redis too
     rig.clock.now = T0 + 1_000
-    migrator = migrator_deps(SETTINGS, rig.api.runtime.redis, rig.stored_store, rig.claims,
-                             rig.api.runtime.service.wakeups, index=rig.index)  # fmt: skip
-    with pytest.raises(MissingPayload):
-        run_migrator(migrator, rig.clock())
-    assert rig.sqs.sent == []
+    report = rig.migrate()
+    assert report.outcomes.get("broken") == 1 and report.failed_buckets == 0
+    rig.run_until_idle()
+    assert rig.per_fire() == Counter({f"{other['id']}:{T0 + 1_000}": 1})
 
 
-def test_a_member_of_an_older_revision_is_dropped(rig: Rig) -> None:
-    timer = rig.api.create(schedule=after(1), payload="old")
-    rig.api.call("PATCH", f"/v1/timers/{timer['id']}", body={"payload": "new"})
-    stale = Member("acme", timer["id"], T0 + 1_000, 1, 0)  # rev 1; Redis' card says rev 2
-    rig.index.ensure([(0, stale, None)])
-    rig.api.runtime.redis.zadd("tq:{b0}:due", {str(stale): T0 + 1_000})
-    rig.clock.now = T0 + 1_000
+def test_a_stale_card_never_claims(rig: Rig) -> None:
+    """A change whose Redis update failed leaves the old revision's card: it meets the
+    change's fence and claims nothing (R2, R5); the new revision comes back from its wake
+    listing and fires with the new payload."""
+    timer = rig.api.create(schedule=after(30), payload="old")
+    changes = rig.api.runtime.service.changes
+    changes.index = None  # the PATCH's Redis update fails (the api logs it and goes on)
+    reply = rig.api.call("PATCH", f"/v1/timers/{timer['id']}", body={"payload": "new"})
+    assert reply.status == 200, reply.body
+    changes.index = rig.index
+    (_, card), *_ = rig.cards().values()
+    assert (card.timer.rev, card.timer.payload_json) == (1, '"old"')
+    rig.clock.now = T0 + 30_000
+    (report,) = rig.run()
+    assert (report.stale, report.enqueued, rig.sqs.sent) == (1, 0, [])
+    rig.migrate()  # the listing of revision 2 brings its card
     rig.run_until_idle()
     assert [m["payload"] for m in rig.drain(rig.api.queues["acme"])] == ["new"]
 
 
-def test_a_lost_card_is_read_from_dynamodb(rig: Rig) -> None:
+def test_a_lost_card_is_restored_from_its_listing(rig: Rig) -> None:
+    """A member whose card is gone is dropped at its lease; the migrator's next look at the
+    bucket finds no card for the listing and puts it back."""
     rig.api.create(schedule=after(1), payload={"big": "x" * 2_000})  # its own payload item
-    rig.api.runtime.redis.delete("tq:{b0}:data")
+    rig.api.runtime.redis.delete(keys.data(0))
     rig.clock.now = T0 + 1_000
+    assert [r.leased for r in rig.run()] == [0]
+    rig.migrate()
     (report,) = rig.run()
     assert report.enqueued == 1
     assert rig.drain(rig.api.queues["acme"])[0]["payload"] == {"big": "x" * 2_000}
@@ -947,20 +964,18 @@ def test_an_hourly_chain_stays_in_redis_with_no_checkpoint_and_no_restore(
     Redis from fire to fire - its stored item is not written and the migrator restores
     nothing; a longer period leaves Redis and moves its checkpoint (and is restored later)."""
     timer = rig.api.create(schedule=schedule)
-    migrator = migrator_deps(SETTINGS, rig.api.runtime.redis, rig.stored_store, rig.claims,
-                             rig.api.runtime.service.wakeups, index=rig.index)  # fmt: skip
     period = 3_600_000 if held else 7_200_000
     first_due = parse_ms(timer["next_fire_at"])
     rig.clock.now = first_due - SETTINGS.lookahead_seconds * 1000
-    run_migrator(migrator, rig.clock())
+    rig.migrate()
     for k in range(3):
         due = first_due + k * period
         until_armed(rig, due)
-        assert run_migrator(migrator, rig.clock()).added == (0 if held or k == 0 else 1)
+        assert rig.migrate().added == (0 if held or k == 0 else 1)
         before = rig.stored(timer["id"])
         rig.run_until_idle()
         assert (rig.stored(timer["id"]) == before) == held  # no checkpoint written
-        assert [m.due for m in rig.members()] == ([due + period] if held else [])
+        assert [pos for _, pos in rig.positions()] == ([due + period] if held else [])
     assert len(rig.per_fire()) == 3 and max(rig.per_fire().values()) == 1
     assert rig.timer(timer["id"])["fire_count"] == 3
 
@@ -974,7 +989,7 @@ def test_a_recurring_timer_completes_once_with_its_retention(rig: Rig) -> None:
     assert (stored.status, stored.fire_count) == ("completed", 2)
     assert stored.expires_ms is not None and stored.expires_ms > rig.clock()
     assert rig.timer(timer["id"])["status"] == "completed"
-    assert rig.members() == set()
+    assert rig.positions() == set()
 
 
 def test_a_big_payload_expires_with_its_completed_timer_and_never_under_a_rearmed_one(
@@ -984,7 +999,7 @@ def test_a_big_payload_expires_with_its_completed_timer_and_never_under_a_rearme
     revision it completes: a change that re-armed the timer meanwhile keeps its payload."""
     big = {"big": "x" * 2_000}  # its own payload item
     timer = rig.api.create(schedule={"type": "every", "seconds": 1}, max_fires=1, payload=big)
-    store = rig.api.runtime.service.timers
+    store = rig.stored_store
     before = rig.stored(timer["id"])
     rig.api.call("PATCH", f"/v1/timers/{timer['id']}", body={"max_fires": 5})  # re-armed
     assert not store.complete(before, 1, T0 + 1_000, rig.clock() + 60_000)  # a stale revision
@@ -1178,7 +1193,7 @@ def test_two_thousand_timers_due_in_one_second_fire_once_each(rig: Rig) -> None:
 
 def claim_items(rig: Rig) -> dict[str, dict[str, Any]]:
     client = boto3.client("dynamodb")
-    items = client.scan(TableName=rig.claims.table)["Items"]
+    items = client.scan(TableName=rig.log.table)["Items"]
     return {item["k"]["S"]: item for item in items}
 
 
@@ -1187,7 +1202,7 @@ def test_a_hot_second_seals_full_claim_items_and_fires_each_position_once(rig: R
     DynamoDB refuses past 400 KB. Items take at most CLAIM_CAP entries; a full one is sealed
     and its positions live in child items - late at worst, never stuck."""
     tenants.set_spread("acme", 1)  # every timer in one claim partition
-    rig.claims.cap = 8
+    rig.log.cap = 8
     created = create_many(rig, "acme", 120, [T0 + 1_000])
     rig.sqs.real = SinkSqs()
     rig.clock.now = T0 + 1_000
@@ -1209,18 +1224,18 @@ def test_claims_go_below_the_full_items_a_run_has_seen(rig: Rig) -> None:
     positions that item lacks in the children at once: each full item is written to in vain
     once, not once per chunk (a failed write costs the whole item's size)."""
     tenants.set_spread("acme", 1)
-    rig.claims.cap = 8
+    rig.log.cap = 8
     created = create_many(rig, "acme", 120, [T0 + 1_000])
     rig.sqs.real = SinkSqs()
     refused: list[str] = []
-    claim = rig.claims.claim
+    claim = rig.log.claim
 
     def watched(key: str, entries: Any) -> bool:
         ok = claim(key, entries)
         refused.extend([] if ok else [key])
         return ok
 
-    rig.claims.claim = watched  # type: ignore[method-assign]
+    rig.log.claim = watched  # type: ignore[method-assign]
     rig.clock.now = T0 + 1_000
     rig.run_until_idle()
     assert rig.per_fire() == Counter({f"{t['id']}:{T0 + 1_000}": 1 for t in created})
@@ -1231,7 +1246,7 @@ def test_a_change_fences_its_cursor_below_a_full_item(rig: Rig) -> None:
     """A fence is a new attribute too: in a full item it goes to the child, where the member
     of the older revision finds it."""
     tenants.set_spread("acme", 1)
-    rig.claims.cap = 8
+    rig.log.cap = 8
     timer = rig.api.create(schedule={"type": "at", "at": format_ms(T0 + 2_900)})
     create_many(rig, "acme", 8, [T0 + 2_000])  # they fill the root item of 10:00:02
     rig.sqs.real = SinkSqs()
@@ -1240,14 +1255,14 @@ def test_a_change_fences_its_cursor_below_a_full_item(rig: Rig) -> None:
     reply = rig.api.call("PATCH", f"/v1/timers/{timer['id']}", body={"payload": "changed"})
     assert reply.status == 200
     ref = entry_ref(rig.stored(timer["id"]).partition, timer["id"], T0 + 2_900)
-    at = rig.claims.locate([ref], consistent=True)[ref]
+    at = rig.log.locate([ref], consistent=True)[ref]
     assert at.key.count("/") == 2 and at.entry == Entry("t", 2)  # the root is sealed
     rig.clock.now = T0 + 2_900
     rig.run_until_idle()
     assert rig.per_fire()[f"{timer['id']}:{T0 + 2_900}"] == 1
 
 
-def test_one_tenants_burst_does_not_delay_another_tenants_timer(rig: Rig) -> None:
+def test_a_lease_is_fair_across_tenants(rig: Rig) -> None:
     """Tenant A has 300 fires due in the same instant as B's one, in the same bucket: B's goes
     out in the first lease (round-robin across tenants), not after A's burst."""
     create_many(rig, "acme", 300, [T0 + 1_000])
@@ -1263,27 +1278,21 @@ def test_one_tenants_burst_does_not_delay_another_tenants_timer(rig: Rig) -> Non
 
 
 @pytest.fixture
-def warmth(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[WarmthStore]:
-    """The handler's cold-start estimate, on the test's Redis; a sandbox's first invocation,
-    in a sandbox that had initialized long before (so not a cold start) unless a test says."""
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
-    store = WarmthStore(client)
-    monkeypatch.setattr(trigger_app, "warmth", lambda: store)
+def sandbox(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> Rig:
+    """The handler wired to the rig; a sandbox's first invocation, in a sandbox that had
+    initialized long before (so not a cold start) unless a test says."""
+    monkeypatch.setattr(trigger_app, "wired", lambda: (rig.api.runtime.wiring, rig.deps()))
     monkeypatch.setattr(trigger_app, "_first_invocation", True)
     monkeypatch.setattr(trigger_app, "INITIALIZED_MS", T0 - 60_000)
-    yield store
-    client.close()
+    return rig
 
 
 def test_handler_fires_its_bucket_keeps_its_marker_and_emits_one_metrics_block(
-    rig: Rig,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    warmth: WarmthStore,
+    sandbox: Rig, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    rig = sandbox
     rig.api.create(schedule=after(1))
     rig.clock.now = T0 + 1_000
-    monkeypatch.setattr(trigger_app, "deps", lambda: rig.deps())
     event = json.loads((EVENTS / "trigger.json").read_text())
     assert rig.index.start_run(0, 0, "fanout-token", 5_000)
     event.update(bucket=0, slot=0, token="fanout-token", at_ms=T0 + 900)
@@ -1296,53 +1305,51 @@ def test_handler_fires_its_bucket_keeps_its_marker_and_emits_one_metrics_block(
     assert metrics["InvokeDelayMs"] == [100.0]
     assert rig.index.start_run(0, 0, "next", 5_000)  # the run cleared its marker
     assert len(rig.drain(rig.api.queues["acme"])) == 1
-    assert warmth.cold_start_ms() is None  # the sandbox was up before the invoke: not cold
+    assert rig.index.field(0, keys.COLD) is None  # the sandbox was up before the invoke
 
 
 def test_a_cold_trigger_records_its_cold_start_for_the_fanout_once(
-    rig: Rig,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    warmth: WarmthStore,
+    sandbox: Rig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(trigger_app, "deps", lambda: rig.deps())
+    rig = sandbox
     monkeypatch.setattr(trigger_app, "INITIALIZED_MS", T0 + 1_700)  # imported after the invoke
     rig.clock.now = T0 + 2_000
     event = {"bucket": 0, "at_ms": T0 + 1_100}  # the fan-out invoked it 900 ms ago
 
     trigger_app.handler(event, LambdaContext(function_name="trigger"))
-    assert warmth.cold_start_ms() == 900
+    assert rig.index.field(0, keys.COLD) == "900"
     (line,) = [r for r in caplog.records if r.getMessage() == "trigger run"]
     assert line.__dict__["cold_start_ms"] == 900  # an ``extra`` field
 
     rig.clock.now = T0 + 3_000  # the same sandbox again: warm, whatever the delay
     trigger_app.handler({**event, "at_ms": T0 + 1_000}, LambdaContext(function_name="trigger"))
-    assert warmth.cold_start_ms() == 900
+    assert rig.index.field(0, keys.COLD) == "900"
 
 
 def test_a_cold_start_that_cannot_be_recorded_does_not_fail_the_run(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch, warmth: WarmthStore
+    sandbox: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    rig = sandbox
     rig.api.create(schedule=after(1))
     rig.clock.now = T0 + 1_000
-    monkeypatch.setattr(trigger_app, "deps", lambda: rig.deps())
     monkeypatch.setattr(trigger_app, "INITIALIZED_MS", T0 + 950)
 
-    def down(sample_ms: int) -> int:
+    def down(bucket: int, sample_ms: int) -> None:
         raise redis.ConnectionError("failover")
 
-    monkeypatch.setattr(warmth, "record_cold_start", down)
+    monkeypatch.setattr(trigger_app, "record_cold_start", down)
     event = {"bucket": 0, "at_ms": T0 + 900}
     summary = trigger_app.handler(event, LambdaContext(function_name="trigger"))
     assert summary["enqueued"] == 1
 
 
-def test_a_run_with_a_marker_rehints_its_bucket_when_it_ends(rig: Rig) -> None:
+def test_a_run_with_a_marker_clears_it_when_it_ends(rig: Rig) -> None:
+    """So the fan-out's next peek can start the bucket again for what came due meanwhile."""
     rig.api.create(schedule={"type": "every", "seconds": 10})
     rig.clock.now = T0 + 10_000
-    rig.index.take_hint(0, T0 + 10_000)
+    assert rig.index.start_run(0, 0, "t", 5_000)
     run_trigger(rig.deps(), 0, REMAINING_MS, RunMarker(0, "t"))
-    assert rig.index.hints_until(T0 + 20_000) == [(0, T0 + 20_000)]
+    assert rig.index.start_run(0, 0, "next", 5_000)
 
 
 @pytest.mark.parametrize("event", [{}, {"bucket": "7"}, {"bucket": -1}, {"bucket": True}])

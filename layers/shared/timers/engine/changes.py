@@ -205,7 +205,7 @@ class Changes:
                 ]
         writes[:0] = self.timers.change_writes(stored, kept)
         self.timers.transact(writes)
-        self._sync(stored, kept, rev)
+        self._sync(stored, kept, rev, adopted=owed is not None)
         if kept is None:
             return None
         return kept, Cursor(kept.next_fire_ms, kept.fire_count, kept.last_fire_pos, owed)
@@ -229,19 +229,16 @@ class Changes:
             timer = with_cursor(timer, next_fire(timer.plan, pos))
         raise ConcurrentUpdate("the new schedule's first occurrences are all claimed")
 
-    def _sync(self, before: Timer, after: Timer | None, rev: int) -> None:
+    def _sync(self, before: Timer, after: Timer | None, rev: int, adopted: bool) -> None:
         """Keep Redis in step with a committed change; DynamoDB stays the truth if Redis is
         unreachable (the fence already stops the old card; the listing brings the new one). An
-        adopted change keeps the card's position: the owed fire's run chains the new revision."""
+        adopted change keeps the card's position and lease: the owed fire's run sends it and
+        chains the new revision; any other new card is leasable at once."""
         if self.index is None:
             return
         try:
-            if (
-                after is not None
-                and (after.status == "active" or after.owed)
-                and self._due_soon(after)
-            ):
-                self.index.put([card_of(after)])
+            if after is not None and self._due_soon(after):
+                self.index.put([card_of(after)], keep_lease=adopted)
             else:
                 self.index.drop(before.partition, member_of(before.tenant, before.id), rev)
         except Exception:

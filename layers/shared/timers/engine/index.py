@@ -157,11 +157,16 @@ class BucketIndex:
 
     # ---------------------------------------------------------------- adding, dropping
 
-    def put(self, cards: Iterable[Card]) -> int:
+    def put(self, cards: Iterable[Card], keep_lease: bool = False) -> int:
         """Store each card where it is newer than what the bucket holds (a later revision, or a
-        later position of the same one), leasable from its position. Returns how many."""
+        later position of the same one), leasable from its position - or, ``keep_lease``, from
+        the score a stored member has (a change adopted by a claimed fire). Returns how many."""
         rows = [
-            (c.timer.partition, [c.member, c.timer.rev, c.pos, c.encode(), c.pos]) for c in cards
+            (
+                c.timer.partition,
+                [c.member, c.timer.rev, c.pos, c.encode(), "" if keep_lease else c.pos],
+            )
+            for c in cards
         ]
         return sum(int(r[0]) for r in self._per_bucket("put", rows))
 

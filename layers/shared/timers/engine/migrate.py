@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from timers.adapters.timers_table import MissingPayload
 from timers.core.schedule import is_recurring
 from timers.core.timer import Timer
 from timers.engine import keys
@@ -224,11 +225,11 @@ def restore(
     inactive timer that no longer owes a fire. Returns the timers read, with their cursors."""
     wanted = sorted({(x.tenant, x.timer_id) for x in listings})
     report.missing += len(wanted)
-    timers = deps.timers.get_many(wanted)
+    timers, broken = _read_timers(deps.timers, wanted)
     found = list(timers.values())
     cursors = drive([walk(t) for t in found], lambda refs: deps.log.read(refs, True))
     cards: list[Card] = []
-    outcomes: dict[str, int] = {"gone": len(wanted) - len(found)}
+    outcomes: dict[str, int] = {"gone": len(wanted) - len(found) - broken, "broken": broken}
     for timer, cursor in zip(found, cursors, strict=True):
         outcome = _restore_one(deps, timer, cursor, now_ms, until, cards, report)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
@@ -236,6 +237,25 @@ def restore(
     for name, count in outcomes.items():
         report.outcomes[name] = report.outcomes.get(name, 0) + count
     return {(t.tenant, t.id): (t, c) for t, c in zip(found, cursors, strict=True)}
+
+
+def _read_timers(
+    timers: TimerPort, wanted: list[tuple[str, str]]
+) -> tuple[dict[tuple[str, str], Timer], int]:
+    """The timers, and how many could not be read whole: one whose payload item is gone is
+    never sent with a made-up payload, and must not keep the others of its bucket from Redis."""
+    try:
+        return timers.get_many(wanted), 0
+    except MissingPayload:
+        found: dict[tuple[str, str], Timer] = {}
+        broken = 0
+        for key in wanted:
+            try:
+                found |= timers.get_many([key])
+            except MissingPayload:
+                log.error("migrator: timer %s has lost its payload item; it cannot fire", key)
+                broken += 1
+        return found, broken
 
 
 def _restore_one(
