@@ -17,7 +17,6 @@ from tests.support import apigw
 from tests.support.chains import fire
 from tests.support.clock import T0, FakeClock
 from timers.adapters import tenants
-from timers.core.chain import Member
 from timers.core.times import format_ms
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
@@ -31,14 +30,13 @@ def api(
     yield make_api(monkeypatch, clock, redis_url)
 
 
-def indexed(api: Api) -> set[str]:
-    """Every position in Redis, due or leased."""
-    conn = api.runtime.redis
+def indexed(api: Api) -> set[tuple[str, int, int]]:
+    """(timer id, position, revision) of every card in Redis, due or leased."""
+    index = api.runtime.wiring.index
     return {
-        m
-        for pattern in ("tq:*:due", "tq:*:lease")
-        for key in conn.scan_iter(pattern)
-        for m in conn.zrange(key, 0, -1)
+        (card.timer.id, card.pos, card.timer.rev)
+        for bucket in range(index.bucket_count)
+        for _, card in index.cards(bucket).values()
     }
 
 
@@ -156,9 +154,10 @@ def test_at_up_to_five_minutes_in_the_past_fires_immediately(api: Api) -> None:
 
 def test_create_puts_a_soon_due_timer_straight_into_redis(api: Api) -> None:
     timer = api.create(schedule={"type": "after", "seconds": 3})
-    bucket = stored(api, timer["id"]).partition % api.runtime.settings.bucket_count
-    due = api.runtime.redis.zrange(f"tq:{{b{bucket}}}:due", 0, -1, withscores=True)
-    assert due == [(str(Member("acme", timer["id"], T0 + 3000, 1, 0)), float(T0 + 3000))]
+    index = api.runtime.wiring.index
+    bucket = index.bucket_of(stored(api, timer["id"]).partition)
+    ((score, card),) = index.cards(bucket).values()
+    assert (score, card.pos, card.n, card.timer.rev) == (T0 + 3000, T0 + 3000, 0, 1)
 
 
 def test_far_future_timer_is_left_to_the_migrator(api: Api) -> None:
@@ -589,7 +588,7 @@ def test_patch_recomputes_the_next_fire(api: Api) -> None:
 
 def fired(api: Api, timer_id: str, times: int) -> None:
     """Claim and record fires the way the trigger does (its own tests cover how)."""
-    fire(api.runtime.service.claims, stored(api, timer_id), times)
+    fire(api.runtime.wiring.log, stored(api, timer_id), times)
 
 
 def test_lowering_max_fires_to_what_already_fired_completes(api: Api) -> None:
@@ -657,11 +656,11 @@ def test_resume_with_fire_once_catches_up_once(api: Api) -> None:
 
 def test_paused_timer_leaves_redis_and_returns_on_resume(api: Api) -> None:
     timer = api.create(schedule={"type": "after", "seconds": 30})
-    assert indexed(api) == {str(Member("acme", timer["id"], T0 + 30_000, 1, 0))}
+    assert indexed(api) == {(timer["id"], T0 + 30_000, 1)}
     api.call("POST", f"/v1/timers/{timer['id']}/pause")
     assert indexed(api) == set()
     api.call("POST", f"/v1/timers/{timer['id']}/resume")  # a new revision: rev 3
-    assert indexed(api) == {str(Member("acme", timer["id"], T0 + 30_000, 3, 0))}
+    assert indexed(api) == {(timer["id"], T0 + 30_000, 3)}
 
 
 def test_completed_timer_cannot_be_paused_or_resumed(api: Api) -> None:
@@ -768,7 +767,7 @@ def test_lists_show_only_the_callers_timers(api: Api) -> None:
 
 def test_fires_newest_first_with_pagination(api: Api) -> None:
     timer = api.create(schedule={"type": "every", "seconds": 60})
-    fire(api.runtime.service.claims, stored(api, timer["id"]), 3, lag_ms=40)
+    fire(api.runtime.wiring.log, stored(api, timer["id"]), 3, lag_ms=40)
     first = api.call("GET", f"/v1/timers/{timer['id']}/fires", query={"limit": "2"}).body
     assert [f["scheduled_at"] for f in first["items"]] == [
         "2026-11-21T10:03:00.000Z",

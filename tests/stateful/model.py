@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from timers.core.schedule import Misfire, Plan, first_fire, is_recurring, next_fire
-from timers.firing import ARM_MS
+from timers.engine.trigger import ARM_MS
 
 CLAIM_EDGE_MS = 1
 """A claim and a change in the same millisecond of the injected clock may be in either order."""

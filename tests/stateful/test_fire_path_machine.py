@@ -2,10 +2,12 @@
 
 A Hypothesis ``RuleBasedStateMachine`` drives the real code - the api handler, the migrator,
 the fan-out and the trigger, on a real redis-server and moto, one injected clock - through
-random interleavings of: single and batch creates (some dying between their writes), PATCH of
-every field, pause, resume, delete; migrator, fan-out and trigger runs that die at any step
+random interleavings of: single and batch creates (some dying between their writes, some
+retried with their Idempotency-Key after the first attempt died), PATCH of every field, pause,
+resume, delete; migrator, fan-out and trigger runs that die at any step
 (after the lease, the claim, the send, the record...) or run out of time; changes made in the
-middle of a run; Redis FLUSHALL at any point, and Redis commands failing; DynamoDB timeouts
+middle of a run; Redis FLUSHALL at any point, a bucket's data lost, a failover to a replica
+that lagged (every write since its snapshot lost), and Redis commands failing; DynamoDB timeouts
 before and after a write is applied, throttling, kills inside any call; host clocks off and
 stepping; retention expiry.
 
@@ -45,7 +47,7 @@ from tests.stateful.model import ModelTimer, Revision, payload_key
 from tests.stateful.world import Fault, Kill, World, injected
 from timers.core.schedule import Plan, first_fire, is_recurring, next_fire, schedule_from_dict
 from timers.core.times import format_ms, parse_ms
-from timers.firing import HOOKS
+from timers.engine.trigger import HOOKS
 from timers.runtime import DAY_MS
 
 pytestmark = pytest.mark.integration
@@ -238,6 +240,31 @@ class FirePathMachine(RuleBasedStateMachine):
         for view in reply.body["items"]:
             self._learn(view, tenant, now)
 
+    @rule(which=st.lists(schedules, min_size=1, max_size=3), tenant=tenants,
+          die_at=st.integers(0, 5))  # fmt: skip
+    def create_retried_with_its_key(self, which: list[int], tenant: str, die_at: int) -> None:
+        """A create with an Idempotency-Key dies at one of its DynamoDB calls; its retry (the
+        same key and body) answers the timers the first attempt chose, which exist and fire -
+        never two sets, never one deleted by the retry (issue 28, defects 1 and 2)."""
+        now = self.world.clock()
+        specs = [{"schedule": SCHEDULES[w](now), "payload": _payload(), "name": f"k{i}"}
+                 for i, w in enumerate(which)]  # fmt: skip
+        path, body = ("/v1/timers", specs[0]) if len(specs) == 1 else \
+            ("/v1/timers:batch", {"timers": specs})  # fmt: skip
+        headers = {"Idempotency-Key": f"key-{next(serial)}"}
+        self.world.faults.armed.append(Fault("*", "kill", skip=die_at))
+        first = self._call("POST", path, tenant, body=body, headers=headers)
+        self.world.faults.armed.clear()
+        again = self._call("POST", path, tenant, body=body, headers=headers)
+        if again is None or again.status != 201:  # a fault armed before this rule hit it
+            assert again is None or again.status == 400, again.body
+            self.model.maybe_payloads |= {payload_key(s["payload"]) for s in specs}
+            return
+        assert first is None or first.body == again.body, (first.body, again.body)
+        views = again.body["items"] if len(specs) > 1 else [again.body]
+        for view in views:
+            self._learn(view, tenant, now)
+
     @rule(count=st.sampled_from([16, 40]), tenant=tenants)
     def hot_second(self, count: int, tenant: str) -> None:
         """Many one-shots of one tenant due in the same millisecond: more entries than a claim
@@ -417,6 +444,22 @@ class FirePathMachine(RuleBasedStateMachine):
     def flushall(self) -> None:
         """A failover to an empty replica."""
         self.world.flushall()
+
+    @rule(bucket=st.sampled_from([0, 1]))
+    def lose_a_shard(self, bucket: int) -> None:
+        """The shard holding one bucket came back empty; the other bucket is untouched."""
+        self.world.lose_bucket(bucket)
+
+    @rule()
+    def a_replica_starts_lagging(self) -> None:
+        """From here on the replica misses every write: what it holds is this snapshot."""
+        self.world.take_snapshot()
+
+    @rule()
+    def fail_over_to_the_lagging_replica(self) -> None:
+        """The master dies; its replica, behind since its snapshot, takes over (every write
+        since is lost) and the fan-out's next peek fails while it does."""
+        self.world.fail_over_to_the_snapshot()
 
     @rule(commands=st.sampled_from([1, 3, 40]))
     def redis_outage(self, commands: int) -> None:

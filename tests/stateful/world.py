@@ -10,6 +10,8 @@ trigger cores wired as in Lambda. Around them, only observation and faults:
   botocore's ``_make_api_call``): a kill (the process dies there), a timeout before the call
   reached DynamoDB, or one after DynamoDB applied it;
 - Redis outages: the next N commands (of anyone) fail as a failover's dropped connections do;
+  a failover to a replica that lagged (the buckets roll back to a snapshot); a shard's data
+  lost (some buckets' keys gone);
 - a small item-size limit for claim items in moto, as DynamoDB's 400 KB is for real ones.
 """
 
@@ -35,19 +37,20 @@ from moto.dynamodb.exceptions import ItemSizeToUpdateTooLarge
 from moto.dynamodb.models import DynamoDBBackend, dynamo_type
 
 from ops import template
-from tests.integration.api_harness import SETTINGS, Api, make_api
+from tests.integration.api_harness import Api, make_api
 from tests.stateful.model import Model, Sent
 from tests.support.clock import T0, FakeClock
 from timers.adapters import tenants
-from timers.adapters.claims import ClaimStore
-from timers.adapters.redis_index import RedisIndex
 from timers.core import timer as timer_core
-from timers.core.chain import Entry
 from timers.core.times import parse_ms
-from timers.fanout import LEAD_MS, Fanout
-from timers.firing import Hook, RunMarker, TriggerDeps, TriggerReport, run_trigger
-from timers.migrate import run_migrator
-from timers.runtime import DAY_MS, fanout_deps, migrator_deps
+from timers.engine import keys
+from timers.engine.entries import Entry
+from timers.engine.fanout import LEAD_MS, Fanout
+from timers.engine.index import Peek
+from timers.engine.log import FireLog
+from timers.engine.migrate import run_migrator
+from timers.engine.trigger import Hook, RunMarker, TriggerDeps, TriggerReport, run_trigger
+from timers.runtime import fanout_deps, migrator_deps, trigger_deps
 
 CLAIM_CAP = 8
 """Attributes per claim item in the test: small, so hot seconds seal items all the time."""
@@ -56,7 +59,9 @@ CLAIM_ITEM_BYTES = 1_200
 of the largest entries are ~950 bytes; an item that outgrows the cap fails like a real one)."""
 
 
-DUE_SHARDS = 2
+BUCKETS = 2
+"""A small deployment: two buckets, so one-shots share wake items and buckets as a big
+deployment's do under load, and losing one bucket leaves the other."""
 MAX_JUMP_MS = 30_000
 """How far the clock may jump to give a run work (a longer jump is an outage, a rule of its
 own; each jump makes a backlog of the every-second timers)."""
@@ -278,7 +283,7 @@ class SinkSqs:
 
 
 def spy_on_claims(
-    claims: ClaimStore, clock: FakeClock, claimed: dict[str, int], last: list[str | None]
+    claims: FireLog, clock: FakeClock, claimed: dict[str, int], last: list[str | None]
 ) -> None:
     """Record when each fire id was first claimed (a fresh claim: over nothing, or a fence),
     and in ``last`` the timer of the latest one."""
@@ -353,36 +358,26 @@ class World:
         monkeypatch = stack.enter_context(pytest.MonkeyPatch.context())
         ids = itertools.count()  # timer ids (so partitions and buckets) the same on a replay
         monkeypatch.setattr(timer_core, "new_timer_id", lambda: f"tmr_{next(ids):024d}")
-        self.api: Api = make_api(monkeypatch, self.clock, redis_url)
+        self.api: Api = make_api(monkeypatch, self.clock, redis_url, bucket_count=BUCKETS)
         tenants.set_spread("acme", 1)  # one partition: hot seconds in one claim item
         for name in ("acme", "globex"):  # the test reads a lot in one millisecond
             tenants.set_rate_limit(name, 1_000_000)
         stack.enter_context(self.faults.installed())
         stack.enter_context(self.outage.installed())
         stack.enter_context(small_claim_items())
-        service = self.api.runtime.service
-        # A small deployment: two due-index and wakeup shards, so one-shots share a shard's
-        # items as a big deployment's do under load.
-        service.timers.due_shards = service.wakeups.shards = DUE_SHARDS
-        self.claims: ClaimStore = service.claims
+        self.wiring = self.api.runtime.wiring
+        self.claims: FireLog = self.wiring.log
         self.claims.cap = CLAIM_CAP
         self._last_claimed: list[str | None] = [None]
         spy_on_claims(self.claims, self.clock, self.model.claimed, self._last_claimed)
         self.redis: redis.Redis = self.api.runtime.redis
-        self.index = RedisIndex(self.redis, SETTINGS.bucket_count)
-        service.index = self.index
+        self.index = self.wiring.index
         self.markers: dict[str, int] = {}  # run marker key -> when it expires, on our clock
         self._expire_markers_on_our_clock()
         self.sink = SinkSqs(self.clock, self.model.sends)
-        self.migrator = migrator_deps(
-            SETTINGS, self.redis, service.timers, self.claims, service.wakeups,
-            due_shards=DUE_SHARDS,
-        )  # fmt: skip
-        self.fanout = Fanout(
-            fanout_deps(
-                SETTINGS, self.redis, self._invoke, self.clock, self._sleep, index=self.index
-            )
-        )
+        self.migrator = migrator_deps(self.wiring, sleep=lambda _: None)  # retries at once
+        self.fanout = Fanout(fanout_deps(self.wiring, self._invoke, self.clock, self._sleep))
+        self.snapshot: dict[str, bytes] = {}  # what a lagging replica holds
 
     def close(self) -> None:
         self._stack.close()
@@ -406,17 +401,12 @@ class World:
         self.invoked.append(json.loads(Payload))
 
     def trigger_deps(self, hooks: Callable[[Hook], None] | None) -> TriggerDeps:
-        service = self.api.runtime.service
-        return TriggerDeps(
-            index=self.index,
-            claims=self.claims,
-            timers=service.timers,
+        return trigger_deps(
+            self.wiring,
             sqs=self.sink,
             clock=lambda: self.clock() + self.host_offset_ms,
             monotonic=lambda: self.clock() - T0 + 777,
             reference=self.clock,
-            lookahead_ms=SETTINGS.lookahead_seconds * 1000,
-            retention_ms=SETTINGS.fire_retention_days * DAY_MS,
             sleep=self._sleep,
             hooks=hooks,
         )
@@ -452,30 +442,34 @@ class World:
             self.model.dup_ok |= sent  # died (or could not record) after its send: the window
         return RunOutcome(report, error, sent)
 
-    def due_buckets(self) -> list[int]:
-        now = self.clock()
+    def peeks(self) -> dict[int, Peek]:
+        """Every bucket as the fan-out sees it (the test's own look: no faults)."""
         with self.observing():
-            backlog = self.index.backlog(range(self.index.bucket_count), now + LEAD_MS, now)
-        return sorted(b for b, count in backlog.items() if count)
+            got = self.index.peek(range(self.index.bucket_count), self.clock() + LEAD_MS)
+        return {b: p for b, p in got.items() if isinstance(p, Peek)}
+
+    def due_buckets(self) -> list[int]:
+        return sorted(b for b, peek in self.peeks().items() if peek.backlog)
+
+    def next_head(self) -> int | None:
+        return min((p.head for p in self.peeks().values() if p.head is not None), default=None)
 
     def buckets_with_work(self) -> list[int]:
         """The buckets with due work; if none has any, the clock first jumps to where the next
-        member comes due if that is close (nothing runs in between), so that a run has
+        card comes due if that is close (nothing runs in between), so that a run has
         something to claim."""
         if not (buckets := self.due_buckets()):
-            with self.observing():
-                pipe = self.redis.pipeline(transaction=False)
-                for bucket in range(self.index.bucket_count):
-                    pipe.zrange(self.index.keys(bucket).due, 0, 0, withscores=True)
-                firsts = [int(score) for answer in pipe.execute() for _, score in answer]
-            if firsts and min(firsts) - self.clock() <= MAX_JUMP_MS:
-                self.clock.now = max(self.clock(), min(firsts) - LEAD_MS)
+            head = self.next_head()
+            if head is not None and head - self.clock() <= MAX_JUMP_MS:
+                self.clock.now = max(self.clock(), head - LEAD_MS)
                 buckets = self.due_buckets()
         return buckets
 
-    def migrate(self) -> BaseException | None:
+    def migrate(self, buckets: list[int] | None = None) -> BaseException | None:
+        """A migrator run (every bucket, or a restore of those the fan-out found lost); an
+        injected fault in one bucket is retried or left by the migrator itself."""
         try:
-            run_migrator(self.migrator, self.clock())
+            run_migrator(self.migrator, self.clock(), buckets)
         except BaseException as exc:
             if not injected(exc):
                 raise
@@ -491,9 +485,13 @@ class World:
 
     def run_invoked(self, remaining_ms: int = 30_000) -> None:
         # The fan-out invokes from a thread pool; runs go in one order, so a replay replays.
-        self.invoked.sort(key=lambda event: (event["bucket"], event["slot"]))
+        # A restore of lost buckets (the migrator) goes first, as its invoke came first.
+        self.invoked.sort(key=lambda e: ("restore" not in e, e.get("bucket"), e.get("slot")))
         while self.invoked:
             event = self.invoked.pop(0)
+            if "restore" in event:
+                self.migrate(event["restore"])
+                continue
             self.trigger(
                 event["bucket"], remaining_ms, marker=RunMarker(event["slot"], event["token"])
             )
@@ -542,7 +540,7 @@ class World:
             def marked(bucket: int, slot: int, token: str, ttl_ms: int) -> bool:
                 ok = mark(bucket, slot, token, MARKER_REDIS_TTL_MS)
                 if ok:
-                    markers[index.run_key(bucket, slot)] = clock() + ttl_ms
+                    markers[keys.run(bucket, slot)] = clock() + ttl_ms
                 return ok
 
             return marked
@@ -561,6 +559,32 @@ class World:
         """A failover to an empty replica."""
         with self.observing():
             self.redis.flushall()
+
+    def lose_bucket(self, bucket: int) -> None:
+        """A shard's data lost (it came back empty): that bucket's keys are gone, no other."""
+        with self.observing():
+            self.redis.delete(keys.due(bucket), keys.data(bucket))
+
+    def take_snapshot(self) -> None:
+        """What a replica holds now: it lags the master from here on."""
+        with self.observing():
+            self.snapshot = {
+                key: dumped
+                for b in range(self.index.bucket_count)
+                for key in (keys.due(b), keys.data(b))
+                if (dumped := self.redis.dump(key)) is not None
+            }
+
+    def fail_over_to_the_snapshot(self) -> None:
+        """A failover to the lagging replica: the buckets roll back to the snapshot (every
+        write since is lost), and the fan-out's next peek fails as the master goes away."""
+        with self.observing():
+            for b in range(self.index.bucket_count):
+                self.redis.delete(keys.due(b), keys.data(b))
+            for key, dumped in self.snapshot.items():
+                self.redis.restore(key, 0, dumped)
+        self.outage.failing = 1
+        self.poll()
 
     @property
     def last_claimed(self) -> str | None:
@@ -581,12 +605,11 @@ class World:
             self.expire_markers()
             self.poll()
             self.run_invoked(remaining_ms)
-            with self.observing():
-                upcoming = self.redis.zrange("tq:{hints}", 0, 0, withscores=True)
+            upcoming = self.next_head()
             wake = min(self.next_migration, self.clock() + 1_000, end)
-            if upcoming:
-                wake = min(wake, int(upcoming[0][1]) - LEAD_MS)
-            self.clock.now = max(self.clock() + 25, wake)
+            if upcoming is not None:
+                wake = min(wake, upcoming - LEAD_MS)
+            self.clock.now = max(self.clock() + 100, wake)
 
     def settle(self, duration_ms: int) -> tuple[int, int]:
         """Faults off, clocks right: the service runs on its own for ``duration_ms``, starting

@@ -27,9 +27,9 @@ from functions.trigger import app as trigger_app
 from ops import template
 from ops.local.context import LambdaContext
 from timers.delivery import BatchReport, Outcome
-from timers.fanout import FanoutReport
-from timers.firing import TriggerReport
-from timers.migrate import MigrationReport
+from timers.engine.fanout import FanoutReport
+from timers.engine.migrate import MigrationReport
+from timers.engine.trigger import TriggerReport
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = template.load()
@@ -154,7 +154,8 @@ class EveryVerdict(BatchReport):
 
 def drive_trigger(monkeypatch: pytest.MonkeyPatch) -> None:
     report = busy(TriggerReport, lags_ms=[12, 140], failures=["tmr:1: boom"])  # one late
-    monkeypatch.setattr(trigger_app, "deps", lambda: SimpleNamespace(clock=lambda: 1_000))
+    deps = SimpleNamespace(clock=lambda: 1_000)
+    monkeypatch.setattr(trigger_app, "wired", lambda: (None, deps))
     monkeypatch.setattr(trigger_app, "run_trigger", lambda *_: report)
     event = json.loads((ROOT / "events" / "trigger.json").read_text())
     trigger_app.handler(event, LambdaContext(function_name="trigger"))

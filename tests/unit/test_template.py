@@ -15,9 +15,10 @@ import pytest
 from pynamodb.models import Model
 
 from ops import template
-from timers.adapters import claims, idempotency, tenants, timers_table, wakeups
+from timers.adapters import idempotency, tenants, timers_table
 from timers.config import LOCAL_ONLY, Settings
 from timers.core.webhooks import RETRY_FOR_MS, backoff_s
+from timers.engine import log as fire_log
 from timers.runtime import quiet_root_logger
 
 FUNCTIONS = template.resources("AWS::Serverless::Function")
@@ -52,7 +53,6 @@ def _model_keys(model: type[Model]) -> dict[str, str]:
     [
         ("TimersTable", timers_table.TimerItem),
         ("TimersTable", timers_table.PayloadItem),
-        ("WakeupsTable", wakeups.WakeupItem),
         ("IdempotencyTable", idempotency.IdempotencyItem),
         ("TenantsTable", tenants.TenantItem),
         ("TenantsTable", tenants.ApiKeyItem),
@@ -84,10 +84,16 @@ def test_models_match_the_tables(logical_id: str, model: type[Model]) -> None:
         assert ttl in model.get_attributes()
 
 
-def test_the_claims_table_is_keyed_and_expires_as_the_claim_store_writes_it() -> None:
+def test_the_claims_table_is_keyed_and_expires_as_the_fire_log_writes_it() -> None:
     props: dict[str, Any] = TABLES["ClaimsTable"]
     assert _keys(props["KeySchema"]) == {"HASH": "k"}
-    assert props["TimeToLiveSpecification"]["AttributeName"] == claims.TTL_ATTRIBUTE
+    assert props["TimeToLiveSpecification"]["AttributeName"] == fire_log.TTL
+
+
+def test_the_wakeups_table_is_keyed_and_expires_as_the_listings_are_written() -> None:
+    props: dict[str, Any] = TABLES["WakeupsTable"]
+    assert _keys(props["KeySchema"]) == {"HASH": "shard", "RANGE": "wake"}
+    assert props["TimeToLiveSpecification"]["AttributeName"] == "expires_at"
 
 
 def test_every_setting_is_configured_by_the_template() -> None:
@@ -187,7 +193,7 @@ def _default(value: Any) -> int:
 
 
 def test_every_function_reserves_concurrency_and_the_defaults_leave_the_account_room() -> None:
-    from timers import fanout
+    from timers.engine import fanout
 
     reserved = {name: p.get("ReservedConcurrentExecutions") for name, p in FUNCTIONS.items()}
     assert None not in reserved.values(), reserved

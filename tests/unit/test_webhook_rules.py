@@ -21,7 +21,6 @@ import standardwebhooks
 from tests.support.webhook_server import WebhookServer, webhook_server
 from timers.adapters import http_target
 from timers.adapters.target_slots import Held
-from timers.core.chain import EntryRef
 from timers.core.failures import REDELIVERED, FailedFire
 from timers.core.webhooks import (
     BACKOFF_MAX_S,
@@ -48,6 +47,7 @@ from timers.delivery import (
     requeue_body,
     settle_redriven,
 )
+from timers.engine.entries import EntryRef
 
 # ---------------------------------------------------------------- validation
 

@@ -149,7 +149,10 @@ class Fanout:
         now = self.deps.clock()
         self.report.polls += 1
         buckets = range(self.deps.index.bucket_count)
-        peeks = self.deps.index.peek(buckets, now + LEAD_MS)
+        try:
+            peeks = self.deps.index.peek(buckets, now + LEAD_MS)
+        except Exception as exc:  # no answer at all (a single node failing over): every bucket
+            peeks = dict.fromkeys(buckets, exc)
         lost: list[int] = []
         due: list[tuple[int, int]] = []  # (bucket, backlog)
         cold_due: set[int] = set()
