@@ -485,7 +485,7 @@ def install(item_limit: ItemLimit = _everywhere) -> Callable[[], None]:
     project = dynamo_type.Item.project
 
     def projected(item: Any, expressions: Any) -> Any:
-        part = project(item, expressions)
+        part: Any = project(item, expressions)
         part.read_bytes = item.size()
         return part
 
