@@ -55,7 +55,6 @@ from __future__ import annotations
 import base64
 import copy
 import re
-import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -493,10 +492,6 @@ def install(item_limit: ItemLimit = _everywhere) -> Callable[[], None]:
     patch(dynamo_type.Item, "size", _read_bytes)
     patch(table_module, "RESULT_SIZE_LIMIT", PAGE_BYTES)
     patch(responses_module, "TRANSACTION_MAX_ITEMS", 100)  # moto's 25 is from before 2022
-    # moto parses and copies an expression recursively: one within DynamoDB's 4 KB (287
-    # SET actions) can need more than Python's default 1,000 frames (moto answered 500)
-    recursion_limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(recursion_limit, 20_000))
 
     send, send_batch = SQSBackend.send_message, SQSBackend.send_message_batch
 
@@ -521,7 +516,6 @@ def install(item_limit: ItemLimit = _everywhere) -> Callable[[], None]:
     def uninstall() -> None:
         for owner, name, value in reversed(undo):
             setattr(owner, name, value)
-        sys.setrecursionlimit(recursion_limit)
 
     return uninstall
 
