@@ -19,7 +19,8 @@ below was measured against DynamoDB Local, just under and just over, with the me
   an update that would outgrow the limit fails and changes nothing (moto applies the actions
   one by one; the item is put back). In a transaction that is a TransactionCanceledException
   with reason ``ValidationError`` (DL). Nesting deeper than 32 levels is refused (DL).
-- key values: partition <= 2048 bytes, sort <= 1024 (DL), on every ``Key`` as well as on puts.
+- key values: partition <= 2048 bytes, sort <= 1024 (DL), on every ``Key`` as well as on puts
+  (with moto's messages, AWS's by moto's account; DynamoDB Local words them otherwise).
 - expressions (Update, Condition, Projection, KeyCondition, Filter): <= 4,096 bytes each (DL);
   <= 300 operators each (DL: comparisons, AND, OR, NOT, BETWEEN, IN and each function call
   count one - BETWEEN's own AND does not, nor parentheses or document paths; in an update
@@ -29,12 +30,13 @@ below was measured against DynamoDB Local, just under and just over, with the me
   names; the claim store's record condition ``#eN.#o = :own AND #eN.#r = :rN`` per entry counts
   4N - 1: 75 entries pass, 76 fail); IN takes <= 100 operands (DL); an expression with the
   values and names it references substituted in is <= 1 MiB (DL, undocumented: a condition
-  ``b <> :a`` takes a value of 1,048,568 bytes and not one more); placeholders are <= 255
+  ``b <> :a0``, 8 bytes, takes a value of 1,048,568 bytes and not one more); placeholders <= 255
   bytes (DL); all ExpressionAttributeValues and Names together <= 2 MiB (documented as 2 MB;
   DL refuses values of 2,097,160 bytes).
 - TransactWriteItems: <= 100 actions (moto already), payload <= 4 MiB (DL: a put counts its
-  item, an update, delete or condition check its key, expressions and values). TransactGetItems:
-  <= 100 (moto already), the items read <= 4 MB (documented; DynamoDB Local does not enforce it).
+  item, an update, delete or condition check its key; each its expressions and values).
+  TransactGetItems: <= 100 (DL; moto said 25), the items read <= 4 MiB (documented; DynamoDB
+  Local does not enforce it: the reason given here is unverified).
 - BatchWriteItem <= 25 requests (DL; its 16 MB cannot be reached by 25 items of 400 KB);
   BatchGetItem <= 100 keys (moto already) and a response over 16 MiB leaves the rest in
   UnprocessedKeys (moto already; exact here, with DynamoDB's item sizes: 40 of 45 items of

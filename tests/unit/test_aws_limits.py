@@ -605,3 +605,16 @@ def test_a_batch_is_at_most_1_mib(sqs: Any) -> None:
     with pytest.raises(ClientError) as refused:
         send_batch(sqs, url, 1_048_577)
     assert refused.value.response["Error"]["Code"] == "AWS.SimpleQueueService.BatchRequestTooLong"
+
+
+def test_a_transaction_reading_over_4_mib_is_cancelled(ddb: Any) -> None:
+    """Documented for TransactGetItems (DynamoDB Local does not enforce it)."""
+    for i in range(11):
+        ddb.put_item(TableName="tbl", Item={"k": {"S": f"b{i:02d}"}, "v": S(BIG)})
+    gets = [{"Get": {"TableName": "tbl", "Key": {"k": {"S": f"b{i:02d}"}}}} for i in range(11)]
+    assert len(ddb.transact_get_items(TransactItems=gets[:10])["Responses"]) == 10
+    with pytest.raises(ClientError) as refused:
+        ddb.transact_get_items(TransactItems=gets)
+    assert refused.value.response["Error"]["Code"] == "TransactionCanceledException"
+    reasons = refused.value.response["CancellationReasons"]
+    assert [r["Code"] for r in reasons] == ["None"] * 10 + ["ValidationError"]
