@@ -1,4 +1,5 @@
-"""Suite-wide fixtures: fake AWS credentials, moto, and an injected clock."""
+"""Suite-wide fixtures: fake AWS credentials, moto (refusing what AWS refuses), and an injected
+clock."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from moto import mock_aws
 
 from ops import template
+from ops.aws_limits import aws_limits
 from ops.offline import use_fake_aws
 from tests.support.clock import FakeClock
 
@@ -22,7 +24,8 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def aws() -> Iterator[None]:
-    """moto in-process, with every table of template.yaml created under its logical id."""
-    with mock_aws():
+    """moto in-process, with DynamoDB's and SQS's limits, and every table of template.yaml
+    created under its logical id."""
+    with mock_aws(), aws_limits():
         template.create_tables(boto3.client("dynamodb"))
         yield

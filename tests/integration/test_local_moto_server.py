@@ -1,9 +1,11 @@
-"""The local stack's moto server (``ops.local.moto_server``): moto's answers, at a lower cost.
+"""The local stack's moto server (``ops.local.moto_server``): moto's answers, at a lower cost,
+refusing what AWS refuses.
 
-Its two changes only make moto's SQS cheaper; these tests pin that they change no answer: the
-clock reads the same time, the retention check keeps and drops the same messages, and the
-server, run as the stack runs it, serves SQS (sent timestamps, receive, delete, counts) and
-DynamoDB as ``python -m moto.server`` does.
+Its cost cuts only make moto cheaper; these tests pin that they change no answer: the clock
+reads the same time, the retention check keeps and drops the same messages, and the server, run
+as the stack runs it, serves SQS (sent timestamps, receive, delete, counts) and DynamoDB as
+``python -m moto.server`` does - and enforces ``ops.aws_limits`` (tests/unit/test_aws_limits.py
+tries each limit in process; here, that the server has them).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 
 from ops.local import moto_server
 from ops.ports import free_port
@@ -163,3 +166,88 @@ def test_an_update_with_many_actions_applies(endpoint: str) -> None:
         "c": {"N": "1"},
         **{f"entry{i}": {"N": str(i)} for i in range(50)},
     }
+
+
+def limits_table(dynamodb: Any) -> str:
+    name = "moto-server-limits"
+    if name not in dynamodb.list_tables()["TableNames"]:
+        dynamodb.create_table(
+            TableName=name,
+            KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+    return name
+
+
+def refusal(call: Any) -> tuple[str, str]:
+    with pytest.raises(ClientError) as refused:
+        call()
+    return refused.value.response["Error"]["Code"], refused.value.response["Error"]["Message"]
+
+
+def test_the_server_refuses_what_dynamodb_refuses(endpoint: str) -> None:
+    dynamodb = client("dynamodb", endpoint)
+    table = limits_table(dynamodb)
+    key = {"k": {"S": "big"}}
+    item = key | {"v": {"S": "x" * 409_595}}  # 409,600 bytes: "k" 1 + 3, "v" 1 + 409,595
+    dynamodb.put_item(TableName=table, Item=item)
+    assert refusal(lambda: dynamodb.put_item(TableName=table, Item=item | {"w": {"S": ""}})) == (
+        "ValidationException",
+        "Item size has exceeded the maximum allowed size",
+    )
+    before = dynamodb.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
+    grow: Any = {"UpdateExpression": "SET n = :n", "ExpressionAttributeValues": {":n": {"N": "1"}}}
+    assert refusal(lambda: dynamodb.update_item(TableName=table, Key=key, **grow)) == (
+        "ValidationException",
+        "Item size to update has exceeded the maximum allowed size",
+    )
+    assert dynamodb.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"] == before
+    too_long = " AND ".join(f"attribute_not_exists(e{i})" for i in range(136))  # 4,101 bytes
+    code, message = refusal(
+        lambda: dynamodb.update_item(
+            TableName=table,
+            Key=key,
+            UpdateExpression="REMOVE v",
+            ConditionExpression=too_long,
+        )
+    )
+    assert (code, message) == (
+        "ValidationException",
+        "Invalid ConditionExpression: Expression size has exceeded the maximum allowed size; "
+        "expression size: 4101",
+    )
+    writes: Any = [{"PutRequest": {"Item": {"k": {"S": f"w{i}"}}}} for i in range(26)]
+    assert refusal(lambda: dynamodb.batch_write_item(RequestItems={table: writes}))[1] == (
+        "Too many items requested for the BatchWriteItem call"
+    )
+
+
+def test_the_server_takes_an_expression_dynamodb_takes(endpoint: str) -> None:
+    """287 SET actions are 4,087 bytes: DynamoDB takes them; moto's recursive parser needed
+    more than Python's default 1,000 frames (it answered 500)."""
+    dynamodb = client("dynamodb", endpoint)
+    table = limits_table(dynamodb)
+    dynamodb.update_item(
+        TableName=table,
+        Key={"k": {"S": "wide"}},
+        UpdateExpression="SET " + ", ".join(f"#e{i} = :v{i}" for i in range(287)),
+        ExpressionAttributeNames={f"#e{i}": f"e{i}" for i in range(287)},
+        ExpressionAttributeValues={f":v{i}": {"N": str(i)} for i in range(287)},
+    )
+    item = dynamodb.get_item(TableName=table, Key={"k": {"S": "wide"}})["Item"]
+    assert len(item) == 288
+
+
+def test_the_server_refuses_what_sqs_refuses(endpoint: str) -> None:
+    sqs = client("sqs", endpoint)
+    attributes = {"MaximumMessageSize": "262144"}  # a queue made before SQS's 1 MiB
+    url = sqs.create_queue(QueueName="moto-server-limits", Attributes=attributes)["QueueUrl"]
+    fire_id: Any = {"fire_id": {"DataType": "String", "StringValue": "t:1"}}  # 16 bytes
+    sqs.send_message(QueueUrl=url, MessageBody="x" * 262_128, MessageAttributes=fire_id)
+    code, message = refusal(
+        lambda: sqs.send_message(QueueUrl=url, MessageBody="x" * 262_129, MessageAttributes=fire_id)
+    )
+    assert code == "InvalidParameterValue"
+    assert "Message must be shorter than 262144 bytes" in message
+    sqs.purge_queue(QueueUrl=url)

@@ -12,17 +12,17 @@ trigger cores wired as in Lambda. Around them, only observation and faults:
 - Redis outages: the next N commands (of anyone) fail as a failover's dropped connections do;
   a failover to a replica that lagged (the buckets roll back to a snapshot); a shard's data
   lost (some buckets' keys gone);
-- a small item-size limit for claim items in moto, as DynamoDB's 400 KB is for real ones.
+- DynamoDB's limits in moto (``ops.aws_limits``), with a small item-size limit for claim
+  items, as DynamoDB's 400 KB is for real ones.
 """
 
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -33,10 +33,9 @@ import pytest
 import redis
 from botocore.exceptions import ClientError, ReadTimeoutError
 from moto import mock_aws
-from moto.dynamodb.exceptions import ItemSizeToUpdateTooLarge
-from moto.dynamodb.models import DynamoDBBackend, dynamo_type
 
 from ops import template
+from ops.aws_limits import ITEM_BYTES, aws_limits
 from tests.integration.api_harness import Api, make_api
 from tests.stateful.model import Model, Sent
 from tests.support.clock import T0, FakeClock
@@ -55,8 +54,9 @@ from timers.runtime import fanout_deps, migrator_deps, trigger_deps
 CLAIM_CAP = 8
 """Attributes per claim item in the test: small, so hot seconds seal items all the time."""
 CLAIM_ITEM_BYTES = 1_200
-"""moto's item limit for claim items in the test: DynamoDB's 400 KB, scaled to the cap (eight
-of the largest entries are ~950 bytes; an item that outgrows the cap fails like a real one)."""
+"""The item limit for claim items in the test (DynamoDB's sizes): DynamoDB's 400 KB, scaled to
+the cap (eight of the largest entries are ~950 bytes; an item that outgrows the cap fails, and
+changes nothing, like a real one)."""
 
 
 BUCKETS = 2
@@ -218,50 +218,9 @@ class RedisOutage:
             redis.client.Pipeline.execute = execute  # type: ignore[method-assign]
 
 
-@contextmanager
-def small_claim_items() -> Iterator[None]:
-    """moto rejects a claim item over CLAIM_ITEM_BYTES, as DynamoDB rejects any over 400 KB -
-    and, like DynamoDB, applies nothing of an update it rejects (moto applies its actions one
-    by one: what came before the one that broke the limit is put back)."""
-    cls = dynamo_type.LimitedSizeDict
-    original = cls.__setitem__
-    update_item = DynamoDBBackend.update_item
-
-    def setitem(self: Any, key: str, value: Any) -> None:
-        hash_key = dict.get(self, "k")
-        if hash_key is not None and "/" in str(getattr(hash_key, "value", "")):
-            size = sum(
-                len(k) + (v.size() if isinstance(v, dynamo_type.DynamoType) else len(str(v)))
-                for k, v in [*self.items(), (key, value)]
-                if k != key or v is value
-            )
-            if size > CLAIM_ITEM_BYTES:
-                raise dynamo_type.ItemSizeTooLarge
-        original(self, key, value)
-
-    def atomic_update(
-        backend: Any, table_name: str, key: dict[str, Any], *a: Any, **kw: Any
-    ) -> Any:
-        table = backend.get_table(table_name)
-        hash_value = dynamo_type.DynamoType(key[table.hash_key_attr])
-        before = table.get_item(hash_value, None) if "k" in key else None
-        saved = copy.deepcopy(before.attrs) if before is not None else None
-        try:
-            return update_item(backend, table_name, key, *a, **kw)
-        except ItemSizeToUpdateTooLarge:
-            if "k" in key and saved is None:
-                table.delete_item(hash_value, None)
-            elif saved is not None:
-                table.get_item(hash_value, None).attrs = saved
-            raise
-
-    cls.__setitem__ = setitem  # type: ignore[method-assign]
-    DynamoDBBackend.update_item = atomic_update  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        cls.__setitem__ = original  # type: ignore[method-assign]
-        DynamoDBBackend.update_item = update_item  # type: ignore[method-assign]
+def claim_item_limit(table: str, item: Mapping[str, Any]) -> int:
+    """DynamoDB's item limit, scaled down to CLAIM_ITEM_BYTES for claim items."""
+    return CLAIM_ITEM_BYTES if "/" in item.get("k", {}).get("S", "") else ITEM_BYTES
 
 
 class SinkSqs:
@@ -354,6 +313,7 @@ class World:
         self.next_migration = self.clock() // 60_000 * 60_000 + 60_000  # EventBridge's minutes
         stack = self._stack
         stack.enter_context(mock_aws())
+        stack.enter_context(aws_limits(claim_item_limit))
         template.create_tables(boto3.client("dynamodb"))
         monkeypatch = stack.enter_context(pytest.MonkeyPatch.context())
         ids = itertools.count()  # timer ids (so partitions and buckets) the same on a replay
@@ -364,7 +324,6 @@ class World:
             tenants.set_rate_limit(name, 1_000_000)
         stack.enter_context(self.faults.installed())
         stack.enter_context(self.outage.installed())
-        stack.enter_context(small_claim_items())
         self.wiring = self.api.runtime.wiring
         self.claims: FireLog = self.wiring.log
         self.claims.cap = CLAIM_CAP

@@ -36,7 +36,7 @@ from timers.core.webhooks import new_secret
 
 DEFAULT_RATE_LIMIT_PER_S = 50
 DEFAULT_SPREAD = 8
-"""Partitions a tenant's timers share (timers.core.chain.partition_for): one tenant's burst
+"""Partitions a tenant's timers share (timers.engine.entries.partition_for): one tenant's burst
 occupies at most this many Redis buckets and claim items per second. A tenant whose bursts
 exceed ~50 timers per partition and second (a claim write's chunk) gets more."""
 KEY_PREFIX = "tk_"

@@ -73,7 +73,7 @@ class Timer:
     created_ms: int = 0
     updated_ms: int = 0
     rev: int = 0  # revision: 0 until first stored, then +1 per change (optimistic concurrency)
-    partition: int = 0  # fixed at creation (timers.core.chain.partition_for)
+    partition: int = 0  # fixed at creation (timers.engine.entries.partition_for)
     expires_ms: int | None = None  # when a completed timer is deleted (retention)
     webhook: Webhook | None = None  # an HTTP target (then target_queue_url is "")
     owed: bool = False  # a fire claimed before the last change is unsent: stay findable (R4)
