@@ -613,6 +613,25 @@ def test_a_bucket_that_did_not_answer_is_handed_over_when_it_answers(
         assert sentinel.startswith("r") if bucket in lost else sentinel == "ok"
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="engine bug: Fanout._lost (fanout.py:186-188) marks a bucket back from an outage "
+    "with an unconditional set_field and hands it over, so every fan-out that saw it down "
+    "hands it over (its docstring: only one fan-out wins the mark), each with a new epoch",
+)
+def test_a_bucket_back_from_an_outage_is_handed_over_once_by_overlapping_fanouts(
+    clock: FakeClock, invokes: Invokes, conn: redis.Redis, index: BucketIndex
+) -> None:
+    sick = SickRedis(conn)
+    fanouts = [Fanout(make_deps(BucketIndex(sick, BUCKETS), clock, invokes)) for _ in range(2)]
+    for at, down in ((T0, False), (T0 + POLL_MS, True), (T0 + 2 * POLL_MS, False)):
+        sick.sick = {3: "down"} if down else {}
+        for i, fanout in enumerate(fanouts):
+            act_at(fanout, clock, at + 7 * i)
+    assert invokes.restores == [[3]]
+    assert index.field(3, keys.SENTINEL) == f"r{T0 + 2 * POLL_MS}"
+
+
 def test_a_bucket_restoring_longer_than_RESTORE_MS_is_handed_over_again(
     deps: FanoutDeps, clock: FakeClock, invokes: Invokes, index: BucketIndex
 ) -> None:
