@@ -3,8 +3,9 @@
 ``python -m bench.cost`` runs the deployed shape in-process on one injected clock
 (``bench.cost_stack``), against moto (DynamoDB, SQS), a real redis-server and a local HTTP
 endpoint: the api handler with HTTP API events, the migrator handler every minute, the fan-out
-polling every 25 ms, the trigger handler for every run it starts (armed runs wait for due
-instants by advancing the clock) and the delivery function's handler for every batch its SQS
+peeking at every bucket each POLL_MS, the trigger handler for every run it starts (armed runs
+wait for due instants by advancing the clock) and the delivery function's handler for every
+batch its SQS
 event source would hand it. It counts what ``bench.meter`` describes - DynamoDB units by the
 rules, SQS requests, Lambda invocations and cold starts, HTTP API requests, X-Ray traces by the
 default sampling rule, Redis round trips and commands, bytes logged and POSTed - and prices
@@ -14,14 +15,14 @@ What is subtracted as idle: each scenario's window minus the idle work of the sa
 and polls. Idle is profiled first, poll by poll: two dense minutes (as deployed) and twenty
 in sparse mode. The long scenarios (hourly and daily crons, one-shots an hour ahead) run in
 sparse mode: while Redis holds nothing due or leased within 2 s (read through an uncounted
-admin connection: the earliest score of every bucket's ``due`` and ``lease`` zsets), the clock
+admin connection: the earliest score of every bucket's ``due`` zset), the clock
 jumps to the next minute boundary or 1 s before the earliest due member, whichever comes
 first - so the migrator still runs every minute, and ``lambda.fanout`` is still counted once a
 minute - and dense polling resumes near each fire. The window then subtracts each minute's
-idle scheduled work and, for each poll it made, the idle cost of a poll of that kind (with or
-without the sweep, with or without a lock renewal): the idle polling a real deployment does
-every 25 ms is neither counted nor over-subtracted. The daily scenario runs 2 days of minutes
-(~2,900 migrator runs) this way. Lambda durations are stated (moto is not DynamoDB), see
+idle scheduled work and, for each poll it made, the idle cost of a poll: the idle polling a
+real deployment does every POLL_MS is neither counted nor over-subtracted. The daily scenario
+runs 2 days of minutes (~2,900 migrator runs) this way. Lambda durations are stated (moto is
+not DynamoDB), see
 ASSUMPTIONS.
 """
 
@@ -58,9 +59,9 @@ from ops import template  # noqa: E402
 from ops.redis_server import RedisServer  # noqa: E402
 from tests.support.webhook_server import webhook_server  # noqa: E402
 from timers.delivery import VERDICTS  # noqa: E402
-from timers.fanout import MAX_RUN_MS, FanoutReport  # noqa: E402
-from timers.firing import LEASE_LIMIT, TriggerReport  # noqa: E402
-from timers.migrate import MigrationReport  # noqa: E402
+from timers.engine.fanout import MAX_RUN_MS, FanoutReport  # noqa: E402
+from timers.engine.migrate import MigrationReport  # noqa: E402
+from timers.engine.trigger import LEASE_LIMIT, TriggerReport  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MINUTES_PER_MONTH = 730 * 60  # AWS bills a month as 730 hours

@@ -9,13 +9,13 @@ from typing import Any
 
 from bench.common import progress
 from bench.cost_stack import IdleModel, Stack
-from timers.core.chain import CHECKPOINT_EVERY
 from timers.core.times import format_ms
+from timers.engine.entries import CHECKPOINT_EVERY
 
 PAYLOAD = {"order": 123456, "action": "remind", "note": "a typical small callback payload"}
 BIG_PAYLOAD = {"blob": "x" * (60 * 1024)}  # near the 64 KiB limit
 HOUR_MS, DAY_MS = 3_600_000, 86_400_000
-CHECKPOINT_WRU = 3  # a checkpoint: the timer item (<= 1 KB) and its index entry moving
+CHECKPOINT_WRU = 3  # a checkpoint: the timer item (<= 1 KB), its new listing, the old deleted
 RETENTION_DAYS = 30  # FireRetentionDays (template default): a completed timer is kept so long
 
 

@@ -1,7 +1,7 @@
 """The cost benchmark's deployment, in-process on one injected clock (see bench.cost).
 
 What EventBridge, API Gateway, Lambda and the SQS event source would do, poll by poll: the
-api handler for HTTP API events, the migrator every minute, the fan-out polling every 25 ms,
+api handler for HTTP API events, the migrator every minute, the fan-out peeking every POLL_MS,
 the trigger for every run it starts, and the delivery function for what lands on the delivery
 queue (received, handed over as an SQS event and deleted as Lambda's poller does). Every
 client the functions use is metered (``bench.meter``); the scaffolding (setup, the tenant's
@@ -12,9 +12,8 @@ SPARSE_NEAR_MS, the clock jumps to the next minute boundary or to 1 s before the
 due member, whichever is first - the migrator still runs every minute and the fan-out's run
 is still counted every minute; only the idle polls between are skipped. What is subtracted
 as idle is modelled per piece of work (:class:`IdleModel`): each minute's scheduled starts at
-their idle cost, and each fan-out poll at the idle cost of a poll of its kind (with or
-without the once-a-second sweep, with or without a lock renewal), measured poll by poll in
-a dense and a sparse idle stretch. So a sparse window subtracts exactly the polls it made,
+their idle cost, and each fan-out poll at the idle cost of a poll, measured poll by poll in a
+dense and a sparse idle stretch. So a sparse window subtracts exactly the polls it made,
 and the dense polling a real deployment does anyway is neither counted nor over-subtracted.
 
 Lambda sandboxes are tracked per function (:class:`Sandboxes`): an invocation finds a warm
@@ -61,16 +60,15 @@ from ops.local.spec import QueueSourceSpec  # noqa: E402
 from tests.support.clock import FakeClock  # noqa: E402
 from tests.support.serialized import one_call_at_a_time  # noqa: E402
 from tests.support.webhook_server import WebhookServer  # noqa: E402
-from timers.adapters import http_target, idempotency, tenants, timers_table, wakeups  # noqa: E402
-from timers.adapters.claims import ClaimStore  # noqa: E402
+from timers.adapters import http_target, idempotency, tenants, timers_table  # noqa: E402
 from timers.adapters.failed_fires import FailedFireStore  # noqa: E402
-from timers.adapters.redis_index import RedisIndex  # noqa: E402
 from timers.adapters.target_slots import TargetSlots  # noqa: E402
 from timers.core.webhooks import Attempt  # noqa: E402
 from timers.delivery import DeliveryDeps, Message, dead_letter_body, requeue_body  # noqa: E402
-from timers.fanout import POLL_MS, Fanout  # noqa: E402
-from timers.firing import TriggerDeps  # noqa: E402
-from timers.runtime import DAY_MS, build_runtime, fanout_deps, migrator_deps  # noqa: E402
+from timers.engine import keys  # noqa: E402
+from timers.engine.fanout import POLL_MS, Fanout  # noqa: E402
+from timers.engine.log import FireLog  # noqa: E402
+from timers.runtime import build_runtime, fanout_deps, migrator_deps, trigger_deps  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_795_255_140_000  # 2026-11-21T09:59:00Z: a minute boundary
@@ -141,31 +139,19 @@ class Sandboxes:
 
 @dataclass
 class IdleModel:
-    """What an idle deployment spends: per minute's scheduled starts, and per fan-out poll by
-    kind (``s``: it swept, ``r``: it renewed the lock), measured poll by poll."""
+    """What an idle deployment spends: per minute's scheduled starts, and per fan-out poll
+    (every poll peeks at every bucket), measured poll by poll."""
 
     minute: dict[str, float] = field(default_factory=dict)
-    poll: dict[str, dict[str, float]] = field(default_factory=dict)
+    poll: dict[str, float] = field(default_factory=dict)
 
     def expected(self, counts: Mapping[str, float]) -> dict[str, float]:
         out: dict[str, float] = defaultdict(float)
         for k, v in self.minute.items():
             out[k] += counts.get("minutes", 0) * v
-        for kind in ("", "s", "r", "sr"):
-            n = counts.get(f"fanout.polls.{kind or '-'}", 0)
-            for k, v in self.poll_cost(kind).items():
-                out[k] += n * v
+        for k, v in self.poll.items():
+            out[k] += counts.get("fanout.polls.-", 0) * v
         return dict(out)
-
-    def poll_cost(self, kind: str) -> dict[str, float]:
-        if kind in self.poll:
-            return self.poll[kind]
-        base, r, sr = (self.poll.get(k, {}) for k in ("", "r", "sr"))
-        keys = set(base) | set(r) | set(sr)
-        renew = {k: r.get(k, 0) - base.get(k, 0) for k in keys}
-        sweep = {k: sr.get(k, 0) - r.get(k, 0) for k in keys}
-        return {k: base.get(k, 0) + ("s" in kind) * sweep[k] + ("r" in kind) * renew[k]
-                for k in keys}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -226,42 +212,31 @@ class Stack:
         specs = table_specs(names)
         raw_dynamodb = boto3.client("dynamodb")
         dynamo = DynamoHooks(self.meter, raw_dynamodb, specs)
-        models = (timers_table.TimerItem, timers_table.PayloadItem, wakeups.WakeupItem)
+        models = (timers_table.TimerItem, timers_table.PayloadItem)
         models += (idempotency.IdempotencyItem, tenants.TenantItem, tenants.ApiKeyItem)  # type: ignore[assignment]
         for model in models:
             dynamo.register(model._get_connection().connection.client)
-        dynamo.register(service.claims.client)
-        dynamo.register(service.timers.client)
+        wiring = self.runtime.wiring
+        for store in (wiring.log, wiring.wake, wiring.timers):
+            dynamo.register(store.client)
         sqs = boto3.client("sqs")
         SqsHooks(self.meter).register(sqs)
         self.sqs = sqs
-
-        index: RedisIndex = service.index  # type: ignore[assignment]
-        self.index = index
-        lookahead = settings.lookahead_seconds * 1000
+        self.index = wiring.index
 
         def sleep(seconds: float) -> None:  # an armed run's wait moves the clock
             self.clock.advance(max(1, math.ceil(seconds * 1000)))
 
-        self.trigger_deps = TriggerDeps(
-            index=index, claims=service.claims, timers=service.timers, sqs=sqs,
-            clock=self.clock, reference=self.clock, lookahead_ms=lookahead,
-            retention_ms=settings.fire_retention_days * DAY_MS, sleep=sleep,
-            delivery_queue_url=self.delivery_queue,
-        )  # fmt: skip
-        self.migrator_deps = migrator_deps(
-            settings, conn, service.timers, service.claims, service.wakeups, index=index
-        )
-        self.fanout = Fanout(
-            fanout_deps(settings, conn, self._invoke, self.clock, sleep, index=index)
-        )
+        self.trigger_deps = trigger_deps(wiring, sqs=sqs, clock=self.clock, reference=self.clock,
+                                         monotonic=None, sleep=sleep)  # fmt: skip
+        self.migrator_deps = migrator_deps(wiring, clock=self.clock)
+        self.fanout = Fanout(fanout_deps(wiring, self._invoke, self.clock, sleep))
         self._delivery_setup(settings, raw_dynamodb, specs)
         # The real handlers with our clients and clock (they build their deps once per cold
         # start; these stand in for that build).
         api_app.runtime = lambda: self.runtime  # type: ignore[assignment]
-        trigger_app.deps = lambda: self.trigger_deps  # type: ignore[assignment]
+        trigger_app.wired = lambda: (wiring, self.trigger_deps)  # type: ignore[assignment]
         migrator_app.deps = lambda: self.migrator_deps  # type: ignore[assignment]
-        migrator_app.clock = self.clock
         self._event = json.loads((ROOT / "events" / "api-create-timer.json").read_text())
         conn.ping()  # a warm Lambda's connection is already open
         self._minute = -1
@@ -298,8 +273,8 @@ class Stack:
                              **requeue_body(message, delay_s))  # fmt: skip
 
         self.delivery_deps = DeliveryDeps(
-            records=ClaimStore(settings.claims_table, settings.fire_retention_days,
-                               clients["records"]),
+            records=FireLog(settings.claims_table, settings.fire_retention_days,
+                            clients["records"]),
             slots=TargetSlots(settings.claims_table, settings.webhook_target_concurrency,
                               settings.webhook_tenant_concurrency, clients["slots"]),
             secrets=delivery_app._SecretCache(),
@@ -383,14 +358,15 @@ class Stack:
 
     def _act(self) -> None:
         before = self._snap() if self.profile is not None else None
-        swept, renewed = self.fanout.report.sweeps, self.fanout._renewed_ms
         self.fanout.act()
-        kind = ("s" if self.fanout.report.sweeps != swept else "") + (
-            "r" if self.fanout._renewed_ms != renewed else ""
-        )
-        self.meter.add(f"fanout.polls.{kind or '-'}")
+        self.meter.add("fanout.polls.-")
         if self.profile is not None and before is not None:
-            self.profile.add(kind, before, self._snap())
+            self.profile.add("", before, self._snap())
+        restores = [e for e in self.invoked if "restore" in e]
+        self.invoked = [e for e in self.invoked if "restore" not in e]
+        for event in restores:  # a lost bucket: the migrator restores it at once
+            cold = self.sandboxes["migrator"].start(self.clock())
+            self._handle(migrator_app, event, self._lambda("migrator", 55, cold))
         if self.invoked:
             group, self.invoked = self.invoked, []
             cold = self.sandboxes["trigger"].start(self.clock(), len(group))
@@ -417,12 +393,10 @@ class Stack:
         return max(POLL_MS, min(target, end) - now)
 
     def _earliest(self) -> int | None:
-        """The earliest score of every bucket's due and lease sets (uncounted peeks)."""
+        """The earliest score of every bucket (uncounted peeks)."""
         pipe = self.admin_redis.pipeline(transaction=False)
         for bucket in range(self.index.bucket_count):
-            keys = self.index.keys(bucket)
-            pipe.zrange(keys.due, 0, 0, withscores=True)
-            pipe.zrange(keys.lease, 0, 0, withscores=True)
+            pipe.zrange(keys.due(bucket), 0, 0, withscores=True)
         answers = pipe.execute()
         self.admin_commands += len(answers)
         scores = [int(s) for answer in answers for _, s in answer]
@@ -578,4 +552,4 @@ class IdleProfile:
 
     def model(self) -> IdleModel:
         mean = {kind: {k: v / self.n[kind] for k, v in s.items()} for kind, s in self.sums.items()}
-        return IdleModel(minute=mean.pop("minute", {}), poll=mean)
+        return IdleModel(minute=mean.pop("minute", {}), poll=mean.get("", {}))

@@ -4,10 +4,10 @@
 N one-shot members, all due at one injected "now", with W worker processes (each its own
 interpreter and connection, as each trigger is its own Lambda):
 
-- **engine** - the project's ``RedisIndex``: members ensured into the deployed 64 buckets by
+- **engine** - the project's ``BucketIndex``: cards put into the deployed buckets by
   partition; each worker visits every bucket from its own starting point (so late in the drain
   several lease from one bucket, as concurrent runs of a bucket do): ``lease`` up to
-  LEASE_LIMIT members (one Lua script), sink them, ``finish`` them (one Lua script).
+  LEASE_LIMIT cards (one Lua script), sink them, ``settle`` them (one Lua script).
 - **baseline** - the design the seeds reject: one sorted set under one ``SET NX PX`` lock; the
   holder reads ``ZRANGEBYSCORE ... LIMIT``, ``ZREM``s each member (its to send only if the ZREM
   removed it), and deletes the lock; losers retry after 1 ms.
@@ -20,7 +20,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -29,10 +28,12 @@ import redis
 
 from bench.common import last_results, progress, quick, write_results
 from ops.redis_server import RedisServer
-from timers.adapters.redis_index import RedisIndex
 from timers.config import Settings
-from timers.core.chain import PARTITIONS, Member
-from timers.firing import LEASE_LIMIT
+from timers.core.schedule import EverySchedule
+from timers.core.timer import Timer
+from timers.engine.entries import PARTITIONS
+from timers.engine.index import BucketIndex, Card
+from timers.engine.trigger import LEASE_LIMIT
 
 NOW_MS = 1_795_255_200_000  # 2026-11-21T10:00:00Z; every member is due by then
 LOAD_CHUNK = 20_000
@@ -47,13 +48,17 @@ SHAPES = {
 """Per-fire Redis work (1 worker, commands counted inside the scripts too) for each shape."""
 
 
-def member(i: int, tenants: int = 50) -> Member:
-    """Timer i, due in the second before now (scores differ), in tenant i % tenants."""
-    return Member(f"t{i % tenants}", f"x{i}", NOW_MS - i % 1000, 1, 0)
+def member(i: int, tenants: int = 50) -> Card:
+    """Timer i, due in the second before now (scores differ), in tenant i % tenants: a card
+    with a small payload, as most are."""
+    due = NOW_MS - i % 1000
+    timer = Timer(f"t{i % tenants}", f"x{i}", EverySchedule(60), NOW_MS - 60_000, "queue", "1",
+                  rev=1, partition=i % PARTITIONS)  # fmt: skip
+    return Card(timer, due, 0, None, due)
 
 
-def chained(m: Member) -> Member:
-    return Member(m.tenant, m.timer_id, m.due + 60_000, m.rev, m.n + 1, m.due)
+def chained(card: Card) -> Card:
+    return card.at(card.pos + 60_000, card.n + 1, card.pos)
 
 
 RTT_MS = 0.3
@@ -75,24 +80,20 @@ def connect(url: str, rtt_ms: float, **kw: Any) -> redis.Redis:
 def engine_worker(
     url: str, buckets: int, first: int, ready: Any, out: Any, chain: bool, rtt_ms: float
 ) -> None:
-    index = RedisIndex(connect(url, rtt_ms), buckets)
+    index = BucketIndex(connect(url, rtt_ms), buckets)
     fired: list[str] = []
     calls = 0
     ready.wait()
     started = time.monotonic()
     for bucket in [(first + k) % buckets for k in range(buckets)]:
         while True:
-            owner = uuid.uuid4().hex
-            leased = index.lease(
-                bucket, now_ms=NOW_MS, until_ms=NOW_MS, deadline_ms=NOW_MS + 60_000,
-                limit=LEASE_LIMIT, owner=owner,
-            )  # fmt: skip
+            leased = index.lease(bucket, NOW_MS, NOW_MS + 60_000, LEASE_LIMIT)
             calls += 1
-            if not leased.members:
+            if not leased.cards:
                 break
-            fired += [m.timer_id for m in leased.members]  # the sink: stands in for SQS
-            index.finish(bucket, owner, NOW_MS,
-                         [(m, chained(m) if chain else None) for m in leased.members])  # fmt: skip
+            fired += [c.timer.id for c in leased.cards]  # the sink: stands in for SQS
+            index.settle(bucket, [(c, chained(c) if chain else None, c.timer.rev)
+                                  for c in leased.cards])  # fmt: skip
             calls += 1
     out.put((started, time.monotonic(), fired, calls))
 
@@ -112,7 +113,7 @@ def naive_worker(url: str, _buckets: int, worker: int, ready: Any, out: Any, rtt
         for text in due:
             calls += 1
             if client.zrem(NAIVE_KEY, text):  # a round trip per member: the naive part
-                fired.append(Member.parse(text).timer_id)
+                fired.append(text.split("|")[1])
         client.delete(NAIVE_LOCK)
         calls += 2
         if not due:
@@ -123,13 +124,13 @@ def naive_worker(url: str, _buckets: int, worker: int, ready: Any, out: Any, rtt
 def load(url: str, design: str, n: int, buckets: int, tenants: int = 50) -> None:
     client = redis.Redis.from_url(url)
     client.flushall()
-    index = RedisIndex(client, buckets)
+    index = BucketIndex(client, buckets)
     for start in range(0, n, LOAD_CHUNK):
         chunk = [member(i, tenants) for i in range(start, min(n, start + LOAD_CHUNK))]
         if design == "engine":
-            index.ensure((i % PARTITIONS, m, None) for i, m in enumerate(chunk, start))
+            index.put(chunk)
         else:
-            client.zadd(NAIVE_KEY, {str(m): m.due for m in chunk})
+            client.zadd(NAIVE_KEY, {f"{c.timer.tenant}|{c.timer.id}|{c.pos}": c.pos for c in chunk})
     progress(f"{design}: {n:,} members loaded")
 
 

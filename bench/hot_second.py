@@ -26,15 +26,16 @@ from moto import mock_aws
 
 from bench.common import last_results, progress, quick, write_results
 from ops import template
+from ops.aws_limits import aws_limits
 from ops.offline import use_fake_aws
 from ops.redis_server import RedisServer
 from tests.support.clock import FakeClock
 from timers.adapters import tenants
-from timers.adapters.claims import CLAIM_CAP
-from timers.adapters.redis_index import RedisIndex
 from timers.core.schedule import AtSchedule
-from timers.firing import TriggerDeps, run_trigger
-from timers.runtime import DAY_MS, build_runtime
+from timers.engine.index import BucketIndex
+from timers.engine.log import CLAIM_CAP
+from timers.engine.trigger import run_trigger
+from timers.runtime import build_runtime, trigger_deps
 from timers.service import TimerSpec
 
 TENANT = "hot"
@@ -52,7 +53,7 @@ class Sink:
 
 def drain_hot_second(n: int, redis_url: str) -> dict[str, Any]:
     use_fake_aws()
-    with mock_aws():
+    with mock_aws(), aws_limits():
         dynamodb = boto3.client("dynamodb")
         template.create_tables(dynamodb)
         clock = FakeClock()
@@ -64,8 +65,7 @@ def drain_hot_second(n: int, redis_url: str) -> dict[str, Any]:
         tenant = tenants.get_tenant(TENANT)
         assert tenant is not None
         service = runtime.service
-        index = RedisIndex(conn, settings.bucket_count)
-        service.index = index
+        index = runtime.wiring.index
         due = clock() + 60_000
         started = time.monotonic()
         for start in range(0, n, BATCH):
@@ -75,17 +75,8 @@ def drain_hot_second(n: int, redis_url: str) -> dict[str, Any]:
         created_s = time.monotonic() - started
         progress(f"hot second: {n:,} one-shots due together, created in {created_s:.0f} s")
         sink = Sink()
-        deps = TriggerDeps(
-            index=index,
-            claims=service.claims,
-            timers=service.timers,
-            sqs=sink,
-            clock=clock,
-            reference=clock,
-            lookahead_ms=settings.lookahead_seconds * 1000,
-            retention_ms=settings.fire_retention_days * DAY_MS,
-            sleep=clock.sleep,
-        )
+        deps = trigger_deps(runtime.wiring, sqs=sink, clock=clock, reference=clock,
+                            monotonic=None, sleep=clock.sleep)  # fmt: skip
         clock.now = due
         started, runs = time.monotonic(), 0
         while buckets := due_buckets(index, clock()):
@@ -96,9 +87,7 @@ def drain_hot_second(n: int, redis_url: str) -> dict[str, Any]:
         items = dynamodb.scan(TableName=settings.claims_table)["Items"]
         sizes = [len(json.dumps(item)) for item in items]
         entries = [sum("@" in name for name in item) for item in items]
-        left = sum(
-            len(due) + len(leased) for due, leased in map(index.members, range(index.bucket_count))
-        )
+        left = sum(len(index.cards(bucket)) for bucket in range(index.bucket_count))
     return {
         "timers": n,
         "fired_once": sum(1 for c in sink.fired.values() if c == 1),
@@ -117,9 +106,9 @@ def drain_hot_second(n: int, redis_url: str) -> dict[str, Any]:
     }
 
 
-def due_buckets(index: Any, now: int) -> list[int]:
-    backlog = index.backlog(range(index.bucket_count), now + 250, now)
-    return sorted(b for b, count in backlog.items() if count)
+def due_buckets(index: BucketIndex, now: int) -> list[int]:
+    peeks = index.peek(range(index.bucket_count), now + 250)
+    return sorted(b for b, p in peeks.items() if not isinstance(p, Exception) and p.backlog)
 
 
 def main() -> int:

@@ -49,7 +49,8 @@ def emit_metrics(report: MigrationReport) -> None:
 @logger.inject_lambda_context
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    report = run_migrator(deps(), runtime.wall_clock_ms(), restore_buckets(event or {}))
+    d = deps()
+    report = run_migrator(d, d.clock(), restore_buckets(event or {}))
     emit_metrics(report)
     summary = report.summary()
     if report.budget_hit_buckets or report.failed_buckets:

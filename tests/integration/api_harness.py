@@ -19,9 +19,9 @@ from tests.support import apigw
 from tests.support.clock import FakeClock
 from timers.adapters import tenants
 from timers.adapters.failed_fires import DeliveryQueue
-from timers.engine.entries import Entry, entry_ref
 from timers.core.failures import FailedFire
 from timers.core.webhooks import DeliveryState
+from timers.engine.entries import Entry, entry_ref
 from timers.runtime import Runtime, build_runtime
 
 SETTINGS = local_settings()

@@ -544,7 +544,7 @@ def test_a_flushed_bucket_is_handed_to_the_migrator_once(
     assert invokes.restores == [list(range(BUCKETS))]  # in one invoke, by the one that marked
     assert (first.report.restores, second.report.restores) == (0, BUCKETS)
     for bucket in range(BUCKETS):
-        assert index.field(bucket, keys.SENTINEL) == f"r{T0 + 250}"
+        assert index.field(bucket, keys.SENTINEL) == f"r{T0 + 250}.{T0 + 250}"
     assert invokes.buckets() == [5]  # a restoring bucket is still dispatched, once
 
     # while the restore runs (the migrator has not set "ok" yet), nobody hands it over again
@@ -558,24 +558,8 @@ def test_a_flushed_bucket_is_handed_to_the_migrator_once(
     "failure",
     [
         "its shard fails",
-        pytest.param(
-            "the whole server is unreachable",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="engine bug: Fanout.act (fanout.py:152) lets a peek that raises as a "
-                "whole (a non-cluster Redis failing over) escape to steps(); no bucket is put "
-                "in _down, so none is handed to the migrator when Redis answers again",
-            ),
-        ),
-        pytest.param(
-            "its first write on its return fails",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="engine bug: Fanout._lost (fanout.py:186-188) pops the bucket from "
-                "_down before writing its sentinel; when that write raises, the outage is "
-                "forgotten and the bucket is never handed to the migrator",
-            ),
-        ),
+        "the whole server is unreachable",
+        "its first write on its return fails",
     ],
 )
 def test_a_bucket_that_did_not_answer_is_handed_over_when_it_answers(
@@ -601,7 +585,7 @@ def test_a_bucket_that_did_not_answer_is_handed_over_when_it_answers(
     if failure == "its first write on its return fails":
         sick.sick[3] = "refuses writes"
         poll()
-        assert sick.refused[-1] == (3, "HSET")
+        assert sick.refused[-1][0] == 3  # the mark's write was refused
         sick.sick.clear()
     for _ in range(5):
         poll()
@@ -613,12 +597,6 @@ def test_a_bucket_that_did_not_answer_is_handed_over_when_it_answers(
         assert sentinel.startswith("r") if bucket in lost else sentinel == "ok"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: Fanout._lost (fanout.py:186-188) marks a bucket back from an outage "
-    "with an unconditional set_field and hands it over, so every fan-out that saw it down "
-    "hands it over (its docstring: only one fan-out wins the mark), each with a new epoch",
-)
 def test_a_bucket_back_from_an_outage_is_handed_over_once_by_overlapping_fanouts(
     clock: FakeClock, invokes: Invokes, conn: redis.Redis, index: BucketIndex
 ) -> None:
@@ -629,16 +607,17 @@ def test_a_bucket_back_from_an_outage_is_handed_over_once_by_overlapping_fanouts
         for i, fanout in enumerate(fanouts):
             act_at(fanout, clock, at + 7 * i)
     assert invokes.restores == [[3]]
-    assert index.field(3, keys.SENTINEL) == f"r{T0 + 2 * POLL_MS}"
+    assert index.field(3, keys.SENTINEL) == f"r{T0 + 2 * POLL_MS}.{T0 + 2 * POLL_MS}"
 
 
 def test_a_bucket_restoring_longer_than_RESTORE_MS_is_handed_over_again(
     deps: FanoutDeps, clock: FakeClock, invokes: Invokes, index: BucketIndex
 ) -> None:
     """The migrator's restore died (or its invoke failed): the bucket stays marked restoring,
-    and once the mark is older than RESTORE_MS it is handed over again, by one fan-out."""
-    index.set_field(2, keys.SENTINEL, f"r{T0}")
-    index.set_field(6, keys.SENTINEL, f"r{T0 + 5_000}")
+    and once the mark is older than RESTORE_MS it is handed over again, by one fan-out - in
+    the same epoch, so what the restore has read so far stands."""
+    index.set_field(2, keys.SENTINEL, f"r{T0}.{T0}")
+    index.set_field(6, keys.SENTINEL, f"r{T0 + 5_000}.{T0 + 5_000}")
     first, second = Fanout(deps), Fanout(deps)
     for at in range(T0, T0 + RESTORE_MS + 1, 500):
         act_at(first, clock, at)
@@ -648,7 +627,7 @@ def test_a_bucket_restoring_longer_than_RESTORE_MS_is_handed_over_again(
     act_at(first, clock, T0 + RESTORE_MS + 1)
     act_at(second, clock, T0 + RESTORE_MS + 1)
     assert invokes.restores == [[2]]
-    assert index.field(2, keys.SENTINEL) == f"r{T0 + RESTORE_MS + 1}"
+    assert index.field(2, keys.SENTINEL) == f"r{T0}.{T0 + RESTORE_MS + 1}"
     for at in range(T0 + RESTORE_MS + 100, T0 + RESTORE_MS + 5_000, 100):
         act_at(first, clock, at)
         act_at(second, clock, at + 7)
@@ -665,7 +644,7 @@ def test_a_restore_whose_invoke_failed_is_asked_again_after_RESTORE_MS(
     fanout = Fanout(deps)
     act_at(fanout, clock, T0)
     assert (invokes.restores, fanout.report.restores) == ([], 1)
-    assert index.field(4, keys.SENTINEL) == f"r{T0}"  # marked: the minute's migrator restores it
+    assert index.field(4, keys.SENTINEL) == f"r{T0}.{T0}"  # marked: the migrator restores it
     act_at(fanout, clock, T0 + RESTORE_MS, T0 + RESTORE_MS + POLL_MS)
     assert invokes.restores == [[4]]
 
@@ -674,24 +653,8 @@ def test_a_restore_whose_invoke_failed_is_asked_again_after_RESTORE_MS(
     "failure",
     [
         "down",
-        pytest.param(
-            "refuses writes while due",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="engine bug: Fanout.act (fanout.py:174-180) starts runs in one loop "
-                "without isolation: start_run raising for one bucket aborts the poll, the "
-                "markers already set are left without an invoke and the rest never start",
-            ),
-        ),
-        pytest.param(
-            "refuses writes while lost",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="engine bug: Fanout.act (fanout.py:162) calls _lost without isolation: "
-                "a bucket whose sentinel write raises aborts every poll, so no bucket is "
-                "dispatched while it lasts",
-            ),
-        ),
+        "refuses writes while due",
+        "refuses writes while lost",
     ],
 )
 def test_one_bucket_failing_never_stops_the_others_from_being_dispatched(

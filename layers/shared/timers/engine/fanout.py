@@ -152,18 +152,27 @@ class Fanout:
         try:
             peeks = self.deps.index.peek(buckets, now + LEAD_MS)
         except Exception as exc:  # no answer at all (a single node failing over): every bucket
+            logger.warning("fanout peek failed", exc_info=True)
+            self.report.errors += 1
             peeks = dict.fromkeys(buckets, exc)
+            whole = True
+        else:
+            whole = False
         lost: list[int] = []
         due: list[tuple[int, int]] = []  # (bucket, backlog)
         cold_due: set[int] = set()
         for bucket in buckets:
             peek = peeks[bucket]
             if isinstance(peek, Exception):
-                self.report.errors += 1
+                self.report.errors += not whole
                 self._down.setdefault(bucket, now)
                 continue
-            if self._lost(bucket, peek, now):
-                lost.append(bucket)
+            try:
+                if self._lost(bucket, peek, now):
+                    lost.append(bucket)
+            except Exception:  # its shard refuses writes: the next poll tries again
+                logger.warning("bucket %s not marked restoring", bucket, exc_info=True)
+                self.report.errors += 1
             ran = max(self._ran.get(bucket, 0), peek.ran or 0) or None
             cold = is_cold(ran, now)
             lead = LEAD_MS + (cold_lead_ms(peek.cold) if cold else 0)
@@ -175,24 +184,38 @@ class Fanout:
             self._restore(lost)
         starts: list[tuple[int, int]] = []
         for bucket, backlog in sorted(due, key=lambda d: d[1]):
-            for slot in range(runs_wanted(backlog)):
-                if self.deps.index.start_run(bucket, slot, self.token, START_TTL_MS):
-                    starts.append((bucket, slot))
-                else:
-                    self.report.busy += 1
+            try:
+                for slot in range(runs_wanted(backlog)):
+                    if self.deps.index.start_run(bucket, slot, self.token, START_TTL_MS):
+                        starts.append((bucket, slot))
+                    else:
+                        self.report.busy += 1
+            except Exception:  # its shard refuses writes: the others go on
+                logger.warning("bucket %s not started", bucket, exc_info=True)
+                self.report.errors += 1
         self._invoke(starts, now, cold_due)
 
     def _lost(self, bucket: int, peek: Peek, now: int) -> bool:
-        """Whether the bucket must be restored now: it marks it restoring (only one fan-out
-        wins the mark, so a bucket is handed over once)."""
-        index = self.deps.index
-        if self._down.pop(bucket, None) is not None:  # back from a failover: writes may be lost
-            index.set_field(bucket, keys.SENTINEL, f"r{now}")
-            return True
-        if peek.sentinel is None:
-            return index.swap_field(bucket, keys.SENTINEL, None, f"r{now}")
-        if peek.sentinel.startswith("r") and now - int(peek.sentinel[1:]) > RESTORE_MS:
-            return index.swap_field(bucket, keys.SENTINEL, peek.sentinel, f"r{now}")
+        """Whether the bucket must be restored now. The sentinel is swapped from what this
+        peek saw, so of overlapping fan-outs one wins and the bucket is handed over once: to
+        ``r<epoch>.<asked>``, a new epoch for a new loss (the sentinel gone, or the bucket back
+        from an outage: a failover may have lost writes), the same epoch when a restore is only
+        asked again (its progress so far stands)."""
+        seen, swap = peek.sentinel, self.deps.index.swap_field
+        if (since := self._down.get(bucket)) is not None:
+            restoring = seen is not None and seen.startswith("r")
+            if restoring and int(seen[1:].partition(".")[0]) >= since:  # another fan-out did
+                won = False
+            else:
+                won = swap(bucket, keys.SENTINEL, seen, f"r{now}.{now}")
+            del self._down[bucket]  # (kept until the mark is written: a failure retries it)
+            return won
+        if seen is None:
+            return swap(bucket, keys.SENTINEL, None, f"r{now}.{now}")
+        if seen.startswith("r"):
+            epoch, _, asked = seen.partition(".")
+            if now - int(asked or epoch[1:]) > RESTORE_MS:
+                return swap(bucket, keys.SENTINEL, seen, f"{epoch}.{now}")
         return False
 
     def _restore(self, buckets: list[int]) -> None:

@@ -67,6 +67,7 @@ class MigratorDeps:
     budget: int = MIGRATE_BUDGET
     workers: int = 8
     sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], int] = lambda: time.time_ns() // 1_000_000  # epoch ms
 
 
 @dataclass
@@ -123,17 +124,16 @@ def bucket_pass(deps: MigratorDeps, bucket: int, now_ms: int, quota: int) -> Mig
     until = now_ms + deps.lookahead_ms
     report = MigrationReport(until)
     sentinel = deps.index.field(bucket, keys.SENTINEL)
-    epoch = "ok" if sentinel == "ok" else sentinel or f"r{now_ms}"
-    if sentinel is None:
-        deps.index.swap_field(bucket, keys.SENTINEL, None, epoch)
+    if sentinel is None:  # lost, and no fan-out has seen it yet
+        sentinel = f"r{now_ms}.{now_ms}"
+        deps.index.swap_field(bucket, keys.SENTINEL, None, sentinel)
+    epoch = sentinel.partition(".")[0]  # "ok", or the loss the bucket is restoring from
     saved = json.loads(deps.index.field(bucket, keys.RESUME) or "{}")
     positions: dict[str, str] = saved.get("pos", {}) if saved.get("epoch") == epoch else {}
     shards = shards_of(bucket, deps.index.bucket_count)
     per_shard = max(1, quota // (2 * len(shards)))
-    for shard in shards:  # what comes due first: never behind a backlog
-        examine(
-            deps, _read(deps.wake, shard, now_ms, until, per_shard, None)[0], now_ms, until, report
-        )
+    for shard in shards:  # what comes due: read whole every run, never behind a backlog
+        examine(deps, _read(deps.wake, shard, now_ms, until, None, None)[0], now_ms, until, report)
     ended = 0
     for shard in shards:
         start = positions.get(shard)
@@ -147,21 +147,29 @@ def bucket_pass(deps: MigratorDeps, bucket: int, now_ms: int, quota: int) -> Mig
             positions[shard] = more["wake"]["S"]
     report.budget_hit_buckets = int(ended < len(shards))
     if epoch != "ok" and ended == len(shards):
-        # every listing was read since the loss: the bucket is whole again
-        report.restored_buckets = int(deps.index.swap_field(bucket, keys.SENTINEL, epoch, "ok"))
+        # every listing was read since the loss: the bucket is whole again (unless a new loss
+        # came meanwhile: a new epoch, which the swap does not match)
+        current = deps.index.field(bucket, keys.SENTINEL)
+        if current is not None and current.partition(".")[0] == epoch:
+            report.restored_buckets = int(
+                deps.index.swap_field(bucket, keys.SENTINEL, current, "ok")
+            )
         positions, epoch = {}, "ok"
     deps.index.set_field(bucket, keys.RESUME, json.dumps({"epoch": epoch, "pos": positions}))
     return report
 
 
 def _read(
-    wake: WakeStore, shard: str, low: int, high: int, limit: int, start: dict[str, Any] | None
-) -> tuple[list[WakeItem], dict[str, Any] | None]:
+    wake: WakeStore, shard: str, low: int, high: int, limit: int | None,
+    start: dict[str, Any] | None,
+) -> tuple[list[WakeItem], dict[str, Any] | None]:  # fmt: skip
+    """Items of the range from ``start``, at most ``limit`` (None: all); and where to go on."""
     items: list[WakeItem] = []
     while True:
-        page, start = wake.window(shard, low, high, min(PAGE, limit - len(items)), start)
-        items += page
-        if start is None or len(items) >= limit:
+        page = PAGE if limit is None else min(PAGE, limit - len(items))
+        got, start = wake.window(shard, low, high, page, start)
+        items += got
+        if start is None or (limit is not None and len(items) >= limit):
             return items, start
 
 

@@ -679,18 +679,20 @@ class Run:
             timer = self._owner_of(job)
             following = None if timer is None else successor(entry, pos, timer.plan)
             chained = following is not None and following <= now + self._hold_ms
-            if (
-                timer is not None
-                and is_recurring(timer.schedule)
-                and needs_checkpoint(entry, chained)
-            ):
+            ckpt = job.card.ckpt  # where the card says the checkpoint is; moved below, or not
+            if timer and is_recurring(timer.schedule) and needs_checkpoint(entry, chained):
                 if following is None:
                     self.deps.checkpoints.complete(
                         timer, entry.n, pos, now + self.deps.retention_ms
                     )
                 else:
                     self.deps.checkpoints.move(timer, following, entry.n, pos)
-            nxt = Card(timer, following, entry.n, pos) if timer and following and chained else None
+                    ckpt = following
+            nxt = (
+                Card(timer, following, entry.n, pos, ckpt)
+                if timer and following and chained
+                else None
+            )
             moves.append((job.card, nxt, entry.rev))
         self._hook("checkpointed")
         earliest = self.deps.index.settle(self.bucket, moves)
