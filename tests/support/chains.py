@@ -1,4 +1,4 @@
-"""Write a timer's claim entries the way the trigger does, for tests of what reads them.
+"""Write a timer's fire-log entries the way the trigger does, for tests of what reads them.
 
 The trigger's own tests cover how it gets there; these let the api, migrator and view tests
 start from "this timer fired n times" without running one.
@@ -8,50 +8,64 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from timers.adapters.claims import ClaimStore
-from timers.core.chain import Entry, Member, entry_for, entry_ref, next_member, step
 from timers.core.timer import Timer
+from timers.engine.changes import card_of
+from timers.engine.entries import Entry, State, entry_for, entry_name, entry_ref, step, successor
+from timers.engine.index import Card
+from timers.engine.log import FireLog
 
 
-def head(timer: Timer) -> Member:
-    """The member a timer's checkpoint stands for."""
-    assert timer.next_fire_ms is not None
-    return Member(
-        timer.tenant, timer.id, timer.next_fire_ms, timer.rev, timer.fire_count,
-        timer.last_fire_pos,
-    )  # fmt: skip
+def head(timer: Timer) -> Card:
+    """The card a timer's checkpoint stands for (as a create, change or restore puts it)."""
+    assert timer.next_fire_ms is not None, "the timer has no position left to fire"
+    return card_of(timer)
 
 
 def fire(
-    claims: ClaimStore,
+    log: FireLog,
     timer: Timer,
     times: int,
     *,
     lag_ms: int = 0,
-    state: str = "d",
-    start: Member | None = None,
-) -> Member | None:
+    state: State = "d",
+    start: Card | None = None,
+) -> Card | None:
     """Claim and record ``times`` positions of the timer's chain from ``start`` (default: its
-    checkpoint), each sent ``lag_ms`` after it was due; returns the member that comes next."""
-    member: Member | None = start or head(timer)
+    checkpoint), each sent ``lag_ms`` after it was due (``state`` "f": failed); returns the
+    card that comes next (None: the chain ended). The timer's checkpoint is not moved."""
+    card: Card | None = start or head(timer)
     for _ in range(times):
-        assert member is not None, "the timer has no position left to fire"
-        decided = step(timer, member, member.due)
-        pending = entry_for(decided, member, "test", member.due + 30_000)
+        assert card is not None, "the timer has no position left to fire"
+        decided = step(timer, card.pos, card.n, card.pos)
+        pending = entry_for(decided, timer.rev, card.pos, card.pv, "test", card.pos + 30_000)
         done = replace(
             pending,
-            state=state,  # type: ignore[arg-type]
+            state=state,
             owner=None,
             until=None,
-            enqueued=member.due + lag_ms,
+            enqueued=card.pos + lag_ms,
             reason="QueueDoesNotExist: gone" if state == "f" else None,
+            hook=timer.webhook is not None,
         )
-        key, name = entry_ref(timer.partition, timer.id, member.due)
-        assert claims.claim(key, {name: done})
-        member = next_member(member, done, timer.plan)
-    return member
+        _claim(log, timer, card.pos, done)
+        following = successor(done, card.pos, timer.plan)
+        card = None if following is None else card.at(following, done.n, card.pos)
+    return card
 
 
-def entry(claims: ClaimStore, timer: Timer, pos: int) -> Entry | None:
+def _claim(log: FireLog, timer: Timer, pos: int, done: Entry) -> None:
+    """Into the entry's home: the first item on its path that is unsealed (a full one is sealed
+    first, as the trigger does)."""
     ref = entry_ref(timer.partition, timer.id, pos)
-    return claims.read([ref], consistent=True)[ref]
+    for _ in range(3):
+        at = log.locate([ref], consistent=True)[ref]
+        assert at.entry is None, f"{ref} already has an entry: {at.entry}"
+        if log.claim(at.key, {entry_name(timer.id, pos): done}):
+            return
+        log.seal(at.key)  # full: its positions live below it from now on
+    raise AssertionError(f"no home found for {ref}")
+
+
+def entry(log: FireLog, timer: Timer, pos: int) -> Entry | None:
+    ref = entry_ref(timer.partition, timer.id, pos)
+    return log.read([ref], consistent=True)[ref]
