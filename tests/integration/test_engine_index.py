@@ -250,12 +250,14 @@ def test_a_newer_revision_or_a_later_position_wins(index: BucketIndex) -> None:
     assert index.cards(0) == {changed.member: (NOW + 30_000, changed)}
 
 
-def test_a_card_that_keeps_its_position_keeps_its_score(
+def test_a_newer_card_is_leasable_at_once_unless_it_keeps_the_lease(
     index: BucketIndex, redis_client: redis.Redis
 ) -> None:
-    """A change that keeps the cursor (a new payload) replaces the card but not its score: a
-    leased member stays leased, a deferred one deferred. A change that moves it makes it
-    leasable from its new position at once."""
+    """A change's card (a newer revision) is leasable from its position at once, even where the
+    old card is leased or deferred: a run holding the old one meets the change's fence and claims
+    nothing, and the claim, not the lease, keeps two runs from firing one position. Only a
+    change adopted by a claimed fire keeps the lease (``keep_lease``): that fire's run sends it
+    and chains the new revision."""
     leased, deferred = card("tm-1", NOW), card("tm-2", NOW)
     index.put([leased, deferred])
     assert members(lease(index).cards) == [leased.member, deferred.member]
@@ -263,10 +265,13 @@ def test_a_card_that_keeps_its_position_keeps_its_score(
     new_leased, new_deferred = card("tm-1", NOW, 2), card("tm-2", NOW, 2)
     assert index.put([new_leased, new_deferred]) == 2
     assert index.cards(0) == {
-        leased.member: (LEASE_END, new_leased),
-        deferred.member: (NOW + 5_000, new_deferred),
+        leased.member: (NOW, new_leased),
+        deferred.member: (NOW, new_deferred),
     }
-    assert lease(index, NOW + 4_999).cards == []  # not leasable early by anyone
+    lease(index)
+    adopted = card("tm-1", NOW, 3)
+    assert index.put([adopted], keep_lease=True) == 1
+    assert index.cards(0)[leased.member] == (LEASE_END, adopted)
     moved = card("tm-1", NOW + 100, 3)
     assert index.put([moved]) == 1
     assert scores(index)[moved.member] == NOW + 100
@@ -524,27 +529,19 @@ def test_settle_never_acts_over_a_newer_revision(index: BucketIndex) -> None:
     assert index.cards(0) == {c.member: (NOW + 90_000, adopted_next)}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: a newer card put at a leased position keeps the lease's score "
-    "(put.lua:23), and the lease's run settling its stale card leaves it so (finish.lua:13): "
-    "the change's fire waits for the lease's end, ~30 s",
-)
-def test_a_change_at_the_leased_position_is_leasable_once_the_stale_card_is_settled(
+def test_a_change_at_the_leased_position_is_leasable_while_the_stale_card_is_settled(
     index: BucketIndex,
 ) -> None:
-    """A run leased the card; a change that keeps the position (a new payload) put its own
-    card, which stays leased meanwhile; the run's claim meets the change's fence and the run
-    drops its stale card. Nobody holds the member any more: it must be leasable at its position
-    (docs/fire-path.md: a card Redis holds at p is leased within LEAD_MS of its due time), not
-    only when the dropped lease ends."""
+    """A run leased the card; a change that keeps the position (a new payload) puts its own
+    card, leasable at once (docs/fire-path.md: a card Redis holds at p is leased within
+    LEAD_MS of its due time); the first run, its claim refused by the change's fence, drops its
+    stale card - which leaves the newer card where it is."""
     c = card("tm-1", NOW)
     index.put([c])
     (leased,) = lease(index).cards
     changed = card("tm-1", NOW, 2)
     assert index.put([changed]) == 1
-    assert lease(index).cards == []  # no second run takes it while the lease's run decides
-    assert index.settle(0, [(leased, None, 1)]) == NOW  # the stale card dropped: the lease ends
+    assert index.settle(0, [(leased, None, 1)]) == NOW  # no newer card is dropped
     assert lease(index, lease_end=NOW + 60_000).cards == [changed]
 
 
