@@ -22,7 +22,7 @@ help:
 	@echo "make demo      - with make run going: create timers and watch their callbacks arrive"
 	@echo "                 (TIMERS_ALLOW_LOOPBACK_TARGETS=1 make run: and a webhook too)"
 	@echo "make test      - the whole suite (real redis-server, moto); installs what it needs"
-	@echo "make reverts   - put each of issue 16's defects back: the stateful test must fail"
+	@echo "make reverts   - put each known fire-path defect back: the stateful test must fail"
 	@echo "make bench     - benchmarks, ~40 min (QUICK=1: smaller sizes) -> bench/results/latest.json"
 	@echo "make lint      - ruff + mypy"
 	@echo "make validate  - sam validate --lint and cfn-lint on template.yaml"
@@ -54,12 +54,12 @@ demo: venv
 test: venv
 	$(BIN)/pytest -n 2 -q
 
-# Each defect of issue 16, re-introduced in a copy of the code, must fail the stateful test.
+# Each known fire-path defect, re-introduced in a copy of the code, must fail the stateful test.
 reverts: venv
 	$(BIN)/python -m ops.check_reverts $(if $(EXAMPLES),--examples $(EXAMPLES))
 
 # Engine (Redis path vs the naive design) and the hot second, cost per fire (counted units x
-# list prices), fire lag and webhook lag on the local stack, and issue 16's flush scenario; each
+# list prices), fire lag and webhook lag on the local stack, and the flush scenario; each
 # merges its section into bench/results/latest.json.
 bench: venv
 	QUICK=$(QUICK) $(BIN)/python -m bench.engine

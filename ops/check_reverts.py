@@ -1,4 +1,5 @@
-"""Each of issue 16's defects, put back, must make the stateful test fail.
+"""Each defect the fire path has had (tests/stateful/reverts/), put back, must make the
+stateful test fail.
 
 ``python -m ops.check_reverts [--examples N] [PATCH ...]`` (``make reverts``): for each patch in
 ``tests/stateful/reverts/`` (or those named), export the committed code (``git archive HEAD``)

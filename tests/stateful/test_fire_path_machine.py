@@ -265,6 +265,21 @@ class FirePathMachine(RuleBasedStateMachine):
         for view in views:
             self._learn(view, tenant, now)
 
+    @rule(which=schedules, tenant=tenants)
+    def create_racing_the_migrator(self, which: int, tenant: str) -> None:
+        """A migrator run lands between a create's wake listing and its timer (issue 28, defect
+        5: it took the listing of a timer it could not read yet for dead and deleted it - and
+        a flush later lost the one-shot for good)."""
+        now = self.world.clock()
+        body = {"schedule": SCHEDULES[which](now), "payload": _payload(), "name": "r"}
+        with self.world.migrator_inside_the_next_create():
+            reply = self._call("POST", "/v1/timers", tenant, body=body)
+        if reply is None or reply.status != 201:
+            assert reply is None or reply.status == 400, reply.body
+            self.model.maybe_payloads.add(payload_key(body["payload"]))
+            return
+        self._learn(reply.body, tenant, now)
+
     @rule(count=st.sampled_from([16, 40]), tenant=tenants)
     def hot_second(self, count: int, tenant: str) -> None:
         """Many one-shots of one tenant due in the same millisecond: more entries than a claim

@@ -514,6 +514,24 @@ class World:
                     self.redis.delete(key)
                 del self.markers[key]
 
+    @contextmanager
+    def migrator_inside_the_next_create(self) -> Iterator[None]:
+        """The next create writes its wake listing, then a migrator run happens, then it
+        writes its timer."""
+        timers = self.wiring.timers
+        create = timers.create
+
+        def late(created: Any) -> None:
+            timers.create = create  # type: ignore[method-assign]
+            self.migrate()
+            create(created)
+
+        timers.create = late  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            timers.create = create  # type: ignore[method-assign]
+
     def flushall(self) -> None:
         """A failover to an empty replica."""
         with self.observing():
