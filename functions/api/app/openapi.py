@@ -6,22 +6,31 @@ from __future__ import annotations
 from functools import cache
 
 from aws_lambda_powertools.event_handler import Response, content_types
-from aws_lambda_powertools.event_handler.openapi.models import APIKey, OpenAPI
+from aws_lambda_powertools.event_handler.openapi.models import APIKey, OpenAPI, Tag
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from .operations import errors
 from .resolver import app
-from .routes.health import HEALTH_PATH
+from .routes import fires, health, preview, tenant, timers
 from .static_files import STATIC_PATHS
 
 OPENAPI_PATH = "/v1/openapi.json"
-PUBLIC_PATHS = frozenset({HEALTH_PATH, OPENAPI_PATH, *STATIC_PATHS})
-"""The paths served without a key (every method they have is a GET)."""
+PUBLIC_PATHS = frozenset({health.HEALTH_PATH, OPENAPI_PATH, *STATIC_PATHS})
+"""The paths served without a key (every method they have is a GET). The static files are not
+operations of the document (the docs page would list them among the API's)."""
+TAGS = [  # the docs page's groups, in this order
+    Tag(name=timers.TAG, description="Create, list, change, pause, resume and cancel timers"),
+    Tag(name=fires.TAG, description="A timer's fires; failed webhook fires and their redelivery"),
+    Tag(name=preview.TAG, description="Preview a schedule's fire times (creates nothing)"),
+    Tag(name=tenant.TAG, description="The caller's tenant"),
+    Tag(name=health.TAG, description="Liveness and this document (no key needed)"),
+]
 router = APIGatewayHttpRouter()
 
 
 @router.get(
     OPENAPI_PATH,
+    tags=[health.TAG],
     summary="This OpenAPI document",
     security=[],
     responses={
@@ -53,6 +62,7 @@ def openapi_schema() -> OpenAPI:
         ),
         security_schemes={"apiKey": APIKey.model_validate({"in": "header", "name": "x-api-key"})},
         security=[{"apiKey": []}],
+        tags=list(TAGS),
     )
     for path in PUBLIC_PATHS:  # the framework drops an operation's empty security list
         if schema.paths and (item := schema.paths.get(path)) and item.get:

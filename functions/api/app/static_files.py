@@ -5,7 +5,6 @@ typed into the page and sent by its script as x-api-key."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -13,8 +12,6 @@ from pathlib import Path
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi import swagger_ui
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
-
-from .operations import errors
 
 DOCS_PATH = "/v1/docs"
 DOCS_ASSETS = {  # Swagger UI, as the aws-lambda-powertools package ships it (offline)
@@ -71,51 +68,21 @@ DOCS_HTML = """<!DOCTYPE html>
 </body>
 </html>
 """
-router = APIGatewayHttpRouter()
+router = APIGatewayHttpRouter()  # not operations of the OpenAPI document
 
 
-@router.get(
-    DOCS_PATH,
-    summary="This API as an interactive page (Swagger UI)",
-    security=[],
-    tags=["docs"],
-    responses={
-        200: {"description": "HTML", "content": {"text/html": {"schema": {"type": "string"}}}},
-        **errors(405),
-    },
-)
+@router.get(DOCS_PATH, include_in_schema=False)
 def docs_page() -> Response[str]:
     return Response(status_code=200, content_type="text/html; charset=utf-8", body=DOCS_HTML,
                     headers={"Cache-Control": "no-cache"})  # fmt: skip
 
 
 def _file_route(
-    path: str,
-    directory: Path,
-    filename: str,
-    media: str,
-    *,
-    kind: str,
-    tag: str,
-    summary: str,
-    headers: Mapping[str, str],
+    path: str, directory: Path, filename: str, media: str, headers: Mapping[str, str]
 ) -> None:
-    """``GET path``: a static file shipped with the function, public (no key), compressed; its
-    operationId ``<kind>_<path>_get``."""
-    declared = media.split(";", 1)[0]
+    """``GET path``: a static file shipped with the function, public (no key), compressed."""
 
-    @router.get(
-        path,
-        summary=summary,
-        security=[],
-        tags=[tag],
-        compress=True,
-        operation_id=kind + re.sub(r"[/.-]", "_", path) + "_get",
-        responses={
-            200: {"description": filename, "content": {declared: {"schema": {"type": "string"}}}},
-            **errors(405),
-        },
-    )
+    @router.get(path, include_in_schema=False, compress=True)
     def serve() -> Response[str]:
         return Response(status_code=200, content_type=media, body=_file(directory, filename),
                         headers=dict(headers))  # fmt: skip
@@ -126,12 +93,8 @@ def _file(directory: Path, filename: str) -> str:
     return (directory / filename).read_text(encoding="utf-8")
 
 
+DOCS_ASSET_HEADERS = {"Cache-Control": "public, max-age=86400"}  # Swagger UI changes per release
 for _path, (_filename, _media) in DOCS_ASSETS.items():
-    _file_route(_path, SWAGGER_UI_DIR, _filename, _media, tag="docs", kind="asset",
-                summary=f"The docs page's {_filename}",
-                headers={"Cache-Control": "public, max-age=86400"})  # fmt: skip
+    _file_route(_path, SWAGGER_UI_DIR, _filename, _media, DOCS_ASSET_HEADERS)
 for _path, (_filename, _media) in CONSOLE_FILES.items():
-    _file_route(_path, CONSOLE_DIR, _filename, _media, tag="console", headers=CONSOLE_HEADERS,
-                kind="console_file",
-                summary=f"The tenant console's {_filename}" if _path != "/v1/console" else
-                "The tenant console: timers, fires and failed fires in the browser")  # fmt: skip
+    _file_route(_path, CONSOLE_DIR, _filename, _media, CONSOLE_HEADERS)

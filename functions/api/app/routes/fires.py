@@ -25,11 +25,13 @@ Since = Annotated[
 Until = Annotated[
     m.Rfc3339 | None, Query(description="Only fires that failed at or before this instant")
 ]
+TAG = "fires"  # the docs page groups operations by it
 router = APIGatewayHttpRouter()
 
 
 @router.get(
     "/v1/timers/<timer_id>/fires",
+    tags=[TAG],
     responses={**ok(200, "A page of the timer's fires", m.FireList), **errors(*ONE_TIMER, 400)},
     summary="A timer's fires, newest first",
 )
@@ -39,6 +41,7 @@ def list_fires(timer_id: str, limit: Limit = 50, cursor: Cursor = None) -> m.Fir
 
 @router.get(
     "/v1/fires",
+    tags=[TAG],
     responses={
         **ok(
             200,
@@ -67,6 +70,7 @@ def list_failed_fires(
 
 @router.post(
     "/v1/timers/<timer_id>/fires/<fire_id>/redeliver",
+    tags=[TAG],
     responses={
         **ok(
             202,
@@ -86,6 +90,7 @@ def redeliver_fire(timer_id: str, fire_id: str) -> Response[m.FailedFireOut]:
 
 @router.post(
     "/v1/timers/<timer_id>/fires:redeliver",
+    tags=[TAG],
     responses={
         **ok(
             202,

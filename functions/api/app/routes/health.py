@@ -9,11 +9,13 @@ from timers import http_models as m
 from ..operations import errors, ok
 
 HEALTH_PATH = "/v1/health"
+TAG = "service"  # the docs page groups operations by it
 router = APIGatewayHttpRouter()
 
 
 @router.get(
     HEALTH_PATH,
+    tags=[TAG],
     summary="Liveness",
     security=[],
     responses={**ok(200, "The service answers", m.HealthOut), **errors(405)},

@@ -9,11 +9,13 @@ from timers import http_models as m
 from ..operations import BODY, errors, ok
 from ..resolver import runtime
 
+TAG = "schedules"  # the docs page groups operations by it
 router = APIGatewayHttpRouter()
 
 
 @router.post(
     "/v1/schedule-preview",
+    tags=[TAG],
     responses={**ok(200, "The next fire times", m.PreviewOut), **errors(*BODY)},
     summary="The next fire times of a schedule; creates nothing",
 )

@@ -19,11 +19,13 @@ StatusFilter = Annotated[
     Literal["active", "paused", "completed"] | None,
     Query(description="Only timers in this status"),
 ]
+TAG = "timers"  # the docs page groups operations by it
 router = APIGatewayHttpRouter()
 
 
 @router.post(
     "/v1/timers",
+    tags=[TAG],
     responses={
         **ok(201, "The timer (or, for a repeated Idempotency-Key, the first one)", m.TimerOut),
         **errors(*BODY, 409),
@@ -40,6 +42,7 @@ def create_timer(
 
 @router.post(
     "/v1/timers:batch",
+    tags=[TAG],
     responses={
         **ok(201, "The timers, in the order of the request", m.TimerBatchOut),
         **errors(*BODY, 409),
@@ -55,6 +58,7 @@ def create_timers(
 
 @router.get(
     "/v1/timers",
+    tags=[TAG],
     responses={
         **ok(
             200,
@@ -75,6 +79,7 @@ def list_timers(
 
 @router.get(
     "/v1/timers/<timer_id>",
+    tags=[TAG],
     responses={**ok(200, "The timer", m.TimerOut), **errors(*ONE_TIMER)},
     summary="Get a timer",
 )
@@ -84,6 +89,7 @@ def get_timer(timer_id: str) -> m.TimerOut:
 
 @router.patch(
     "/v1/timers/<timer_id>",
+    tags=[TAG],
     responses={**ok(200, "The changed timer", m.TimerOut), **errors(*BODY, 404, 409)},
     summary="Update a timer; its next fire is recomputed",
 )
@@ -95,6 +101,7 @@ def patch_timer(timer_id: str, body: m.TimerPatch) -> m.TimerOut:
 
 @router.delete(
     "/v1/timers/<timer_id>",
+    tags=[TAG],
     responses={
         **ok(204, "Cancelled: it never fires again; a later GET is 404"),
         **errors(*ONE_TIMER, 409),
@@ -108,6 +115,7 @@ def delete_timer(timer_id: str) -> Response[None]:
 
 @router.post(
     "/v1/timers/<timer_id>/pause",
+    tags=[TAG],
     responses={**ok(200, "The timer, paused", m.TimerOut), **errors(*ONE_TIMER, 409)},
     summary="Pause: no fires while paused",
 )
@@ -117,6 +125,7 @@ def pause_timer(timer_id: str) -> m.TimerOut:
 
 @router.post(
     "/v1/timers/<timer_id>/resume",
+    tags=[TAG],
     responses={**ok(200, "The timer, active", m.TimerOut), **errors(*ONE_TIMER, 409)},
     summary="Resume; missed fires follow `misfire`",
 )
