@@ -187,7 +187,7 @@ def test_cli_exports_timers_and_imports_them_reporting_each_bad_line(
     assert [line.split(":")[0] for line in failures] == ["  line 4", "  line 155", "  line 156"]
     assert failures[0].startswith("  line 4: schedule.expression: ")
     assert failures[1].startswith("  line 155: not JSON: ")
-    assert failures[2] == "  line 156: colour: unknown field"
+    assert failures[2] == "  line 156: colour: is not a field of this request"
     assert "156/156" in run.stderr  # the progress, a line per batch off a terminal
     imported = {t.name: t for t in sdk.list()}
     assert len(imported) == 153

@@ -12,7 +12,7 @@ import boto3
 import pytest
 
 from ops.local.apigw import proxy_event
-from tests.integration.api_harness import Api, make_api, seed_failed_fire
+from tests.integration.api_harness import Api, Reply, make_api, seed_failed_fire
 from tests.support import apigw
 from tests.support.chains import fire
 from tests.support.clock import T0, FakeClock
@@ -175,7 +175,7 @@ def bad(**overrides: Any) -> dict[str, Any]:
     [
         ({}, "schedule"),
         (bad(color="red"), "color"),
-        (bad(schedule={"type": "sometimes"}), "schedule"),
+        (bad(schedule={"type": "sometimes"}), "schedule.type"),
         (bad(schedule={"type": "cron", "expression": "61 * * * *"}), "schedule.expression"),
         (bad(schedule={"type": "cron", "expression": "0 7 * * * *"}), "schedule.expression"),
         (bad(schedule={"type": "cron", "expression": "@daily"}), "schedule.expression"),
@@ -212,8 +212,62 @@ def test_bad_input_is_400_with_the_field_and_creates_nothing(
     assert reply.status == 400, reply.body
     assert reply.error_code == "validation_error"
     assert field in reply.error_fields, reply.body
-    assert reply.body["error"]["message"]
+    assert_in_plain_words(reply)
     assert timer_count(api) == 0
+
+
+PYDANTIC_WORDS = ("Input should", "Field required", "dictionary", "Value error", "instance of",
+                  "Extra inputs", "Unable to extract")  # fmt: skip
+
+
+def assert_in_plain_words(reply: Reply) -> None:
+    """A 400 names each field as the contract does and says what is wrong in plain words, in
+    its details and in its message - never in the words of the framework's model library."""
+    error = reply.body["error"]
+    assert not [w for w in PYDANTIC_WORDS if w in json.dumps(error)], error
+    for detail in error["details"][:3]:
+        assert f"{detail['field']}: {detail['message']}" in error["message"], error
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "sentence"),
+    [
+        ({}, "schedule", "is required"),
+        ({"schedule": "soon"}, "schedule", "must be a JSON object"),
+        (bad(schedule={"type": "sometimes"}), "schedule.type",
+         "must be 'at', 'after', 'cron' or 'every', not 'sometimes'"),
+        (bad(schedule={}), "schedule.type", "is required: 'at', 'after', 'cron' or 'every'"),
+        (bad(schedule={"type": "every", "seconds": 0}), "schedule.seconds", "must be at least 1"),
+        (bad(schedule={"type": "after", "seconds": "5"}), "schedule.seconds", "must be a number"),
+        (bad(schedule={"type": "cron"}), "schedule.expression", "is required"),
+        (bad(max_fires=1.5), "max_fires", "must be a whole number"),
+        (bad(name="x" * 257), "name", "must be at most 256 characters"),
+        (bad(misfire="x"), "misfire", "must be 'fire_once', 'fire_all' or 'skip'"),
+        (bad(target="q"), "target", "must be a JSON object"),
+        (bad(target={"url": "https://a.example", "headers": {"a": 1}}), "target.headers.a",
+         "must be a string"),
+        (bad(colour="red"), "colour", "is not a field of this request"),
+        (bad(schedule={"type": "at", "at": "tomorrow"}), "schedule.at",
+         "expected an RFC 3339 date-time with an offset, e.g. 2026-11-21T10:00:00Z"),
+    ],
+)  # fmt: skip
+def test_a_400_says_what_is_wrong_in_plain_words(
+    api: Api, body: dict[str, Any], field: str, sentence: str
+) -> None:
+    reply = api.call("POST", "/v1/timers", body=body)
+    assert reply.status == 400, reply.body
+    assert {"field": field, "message": sentence} in reply.body["error"]["details"], reply.body
+    assert f"{field}: {sentence}" in reply.body["error"]["message"]
+    assert_in_plain_words(reply)
+
+
+def test_a_400_of_a_query_or_a_batch_is_in_plain_words_too(api: Api) -> None:
+    listing = api.call("GET", "/v1/timers", query={"limit": "0"})
+    assert listing.body["error"]["message"] == "limit: must be at least 1"
+    batch = api.call("POST", "/v1/timers:batch", body={"timers": []})
+    assert batch.body["error"]["message"] == "timers: must not be empty"
+    for reply in (listing, batch):
+        assert_in_plain_words(reply)
 
 
 @pytest.mark.parametrize("raw", ["{not json", "", "[]", "null", '"text"'])

@@ -57,7 +57,8 @@ def check(event: dict[str, Any]) -> Response[Any] | dict[str, Any]:
     try:
         raw.decode()
     except UnicodeDecodeError:  # JSON is UTF-8; anything else is malformed, not a crash
-        return domain_error(m.InvalidInput("malformed JSON", [FieldError("body", "not UTF-8")]))
+        not_utf8 = FieldError("body", "is not UTF-8 text")
+        return domain_error(m.InvalidInput("malformed JSON", [not_utf8]))
     content_type = request.headers.get("content-type")
     if content_type:
         if not is_json(content_type):
