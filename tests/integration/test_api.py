@@ -270,6 +270,57 @@ def test_a_400_of_a_query_or_a_batch_is_in_plain_words_too(api: Api) -> None:
         assert_in_plain_words(reply)
 
 
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1", "127.8.8.8", "[::1]",  # loopback
+        "10.1.2.3", "172.16.0.1", "192.168.1.1", "[fd12::1]",  # private, unique local
+        "169.254.169.254", "[fd00:ec2::254]", "[fe80::1]",  # metadata, link-local
+        "0.0.0.0", "[::]",  # unspecified
+        "[64:ff9b::a9fe:a9fe]", "[64:ff9b::a00:1]",  # NAT64 of the metadata endpoint, of 10/8
+        "[2002:a9fe:a9fe::1]", "[2002:c0a8:101::1]",  # 6to4 of the same
+        "[::ffff:127.0.0.1]", "[::ffff:10.0.0.1]",  # IPv4-mapped
+        "100.64.0.1", "192.0.2.1", "198.18.0.1", "224.0.0.1", "240.0.0.1",  # CGNAT, docs, ...
+        "[2001:db8::1]", "[fec0::1]", "[ff02::1]", "[2001::1]",  # docs, site-local, mcast, Teredo
+    ],
+)  # fmt: skip
+def test_a_webhook_to_a_non_public_address_literal_is_400_at_create_and_patch(
+    api: Api, host: str
+) -> None:
+    url = f"https://{host}/hook"
+    reply = api.call("POST", "/v1/timers", body=bad(target={"url": url}))
+    assert (reply.status, reply.error_code, reply.error_fields) == (
+        400, "validation_error", {"target.url"},
+    ), reply.body  # fmt: skip
+    assert "not a public address" in reply.body["error"]["message"]
+    assert timer_count(api) == 0
+    made = api.create(**bad(target={"url": "https://hooks.example.com/h"}))
+    patched = api.call("PATCH", f"/v1/timers/{made['id']}", body={"target": {"url": url}})
+    assert (patched.status, patched.error_fields) == (400, {"target.url"})
+    assert api.call("GET", f"/v1/timers/{made['id']}").body["target"]["url"] == (
+        "https://hooks.example.com/h"
+    )
+
+
+def test_public_literals_are_accepted_and_loopback_only_where_the_stack_allows_it(
+    api: Api,
+) -> None:
+    for url in (
+        "https://93.184.216.34/h",
+        "https://[2606:2800:220:1:248:1893:25c8:1946]/h",
+        "https://[64:ff9b::5db8:d822]/h",
+    ):  # fmt: skip  (NAT64 of a public address)
+        assert api.call("POST", "/v1/timers", body=bad(target={"url": url})).status == 201, url
+    loopback = bad(target={"url": "http://127.0.0.1:9/h"})
+    assert api.call("POST", "/v1/timers", body=loopback).status == 400
+    api.runtime.service.allow_loopback_targets = True  # TIMERS_ALLOW_LOOPBACK_TARGETS=1
+    assert api.call("POST", "/v1/timers", body=loopback).status == 201
+    for url in ("https://[::1]:9/h", "http://127.0.0.1:9/h"):
+        assert api.call("POST", "/v1/timers", body=bad(target={"url": url})).status == 201
+    other = bad(target={"url": "https://127.0.0.2:9/h"})  # the rest of 127/8 stays refused
+    assert api.call("POST", "/v1/timers", body=other).status == 400
+
+
 @pytest.mark.parametrize("raw", ["{not json", "", "[]", "null", '"text"'])
 def test_malformed_or_non_object_body_is_400(api: Api, raw: str) -> None:
     reply = api.call("POST", "/v1/timers", raw_body=raw)

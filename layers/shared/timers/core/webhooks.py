@@ -96,8 +96,9 @@ def validate_target(
     HTTPS only, no credentials, at most URL_MAX_CHARS; ``http://`` is accepted only for a
     loopback host when the deployment allows loopback targets (the local stack, for tests).
     Whatever http.client would refuse to send (a non-ASCII path, a control character, a line
-    break in a header) is refused here, so it never becomes a fire that cannot be sent.
-    Addresses are checked at delivery, where the name is resolved.
+    break in a header) is refused here, so it never becomes a fire that cannot be sent. An IP
+    literal is judged here as at delivery (address_allowed); a name is judged at delivery,
+    where it is resolved.
     """
     errors: list[FieldError] = []
     if not isinstance(url, str) or not url:
@@ -122,6 +123,14 @@ def validate_target(
         errors.append(FieldError("target.url", "path and query must be ASCII (percent-encode)"))
     if host and not _host_sendable(host):
         errors.append(FieldError("target.url", "host is not a valid host name or IP address"))
+    elif _is_ip_literal(host) and not address_allowed(host, allow_loopback):
+        errors.append(
+            FieldError(
+                "target.url",
+                "is not a public address (private, loopback, "
+                "link-local, metadata or another special-purpose range)",
+            )
+        )
     pairs: list[tuple[str, str]] = []
     if headers is not None:
         if not isinstance(headers, Mapping):
@@ -151,6 +160,14 @@ def validate_target(
     if errors:
         return None, errors
     return Webhook(url, tuple(pairs)), []
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _host_sendable(host: str) -> bool:
@@ -273,9 +290,18 @@ def address_allowed(address: str, allow_loopback: bool = False) -> bool:
     if isinstance(ip, ipaddress.IPv6Address):
         inner = embedded_ipv4(ip)
         if inner is None:
-            return ip in GLOBAL_UNICAST_IPV6 and not any(ip in n for n in DENIED_IPV6)
+            listed = ip in GLOBAL_UNICAST_IPV6 and not any(ip in n for n in DENIED_IPV6)
+            return listed and _public_to_python(ip)
         ip = inner
-    return not any(ip in n for n in DENIED_IPV4)
+    return not any(ip in n for n in DENIED_IPV4) and _public_to_python(ip)
+
+
+def _public_to_python(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Python's ipaddress's view as well: a range its registry knows is refused even before
+    the lists above name it."""
+    special = (ip.is_private or ip.is_reserved or ip.is_multicast or ip.is_link_local
+               or ip.is_loopback or ip.is_unspecified)  # fmt: skip
+    return ip.is_global and not special
 
 
 # ---------------------------------------------------------------- outcomes and retries
