@@ -632,9 +632,80 @@ def test_a_url_target_is_validated_at_create_and_patch_and_changes_nothing(
         body={"target": {"url": "https://example.org/n", "headers": {"X-A": "1"}}},
     )
     assert reply.status == 200
-    assert reply.body["target"] == {"url": "https://example.org/n", "headers": {"X-A": "1"}}
+    assert reply.body["target"] == {"url": "https://example.org/n", "headers": {"X-A": "********"}}
     back = api.call("PATCH", f"/v1/timers/{made['id']}", body={"target": None})
     assert back.body["target"] == {"queue_url": api.queues["acme"]}
+
+
+SECRET_TOKEN = "Bearer sk_live_do-not-show-me"
+
+
+def test_header_values_are_masked_in_every_answer_and_kept_for_delivery(
+    delivery: Delivery, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A webhook's header values (a token, typically) are given once: every answer shows the
+    names with the values masked, the endpoint still gets them, and a PATCH that omits them (or
+    gives a value as the mask) keeps them - on the same origin only."""
+    d, server, api = delivery, delivery.server, delivery.rig.api
+    first, second = server.on("/first", 200), server.on("/second", 200)
+    token = {"Authorization": SECRET_TOKEN}
+    made = api.create(schedule=after(1), name="hooked", target={"url": first, "headers": token})
+    shown = {"url": first, "headers": {"Authorization": "********"}}
+    assert made["target"] == shown
+    assert api.call("GET", f"/v1/timers/{made['id']}").body["target"] == shown
+    assert [t["target"] for t in api.call("GET", "/v1/timers").body["items"]] == [shown]
+    other = {"schedule": after(3600), "target": {"url": first, "headers": {"X-Key": "k1"}}}
+    batch = api.call("POST", "/v1/timers:batch", body={"timers": [other]})
+    assert batch.body["items"][0]["target"]["headers"] == {"X-Key": "********"}
+
+    # PATCH without headers: the stored value stays, and is what the endpoint gets.
+    moved = api.call("PATCH", f"/v1/timers/{made['id']}", body={"target": {"url": second}})
+    assert moved.status == 200, moved.body
+    assert moved.body["target"] == {"url": second, "headers": {"Authorization": "********"}}
+    # A header given as the mask keeps its value too; another header is added in clear.
+    masked = {"url": second, "headers": {"Authorization": "********", "X-Extra": "e"}}
+    again = api.call("PATCH", f"/v1/timers/{made['id']}", body={"target": masked})
+    assert again.body["target"]["headers"] == {"Authorization": "********", "X-Extra": "********"}
+    until_armed(d.rig, T0 + 1_000)
+    (report,) = d.rig.run(delivery_queue_url=d.queue)
+    assert report.enqueued == 1
+    assert d.handle(d.receive()) == []
+    (request,) = server.at("/second")
+    assert (request.headers["authorization"], request.headers["x-extra"]) == (SECRET_TOKEN, "e")
+
+    # Values never go to another origin unless given again; a mask with nothing behind it is
+    # refused; a new timer cannot be made of a mask.
+    elsewhere = {"url": "https://elsewhere.example.com/h"}
+    for target in (elsewhere, {**elsewhere, "headers": {"Authorization": "********"}}):
+        reply = api.call("PATCH", f"/v1/timers/{made['id']}", body={"target": target})
+        assert (reply.status, reply.error_fields) == (400, {"target.headers"}), reply.body
+    unknown = {"url": second, "headers": {"X-Never": "********"}}
+    reply = api.call("PATCH", f"/v1/timers/{made['id']}", body={"target": unknown})
+    assert (reply.status, reply.error_fields) == (400, {"target.headers.X-Never"})
+    reply = api.call("POST", "/v1/timers", body={"schedule": after(60), "target": unknown})
+    assert (reply.status, reply.error_fields) == (400, {"target.headers.X-Never"})
+    given = {**elsewhere, "headers": {"Authorization": "Bearer other"}}
+    assert api.call("PATCH", f"/v1/timers/{made['id']}", body={"target": given}).status == 200
+    assert SECRET_TOKEN not in json.dumps([vars(r) for r in caplog.records], default=repr)
+
+
+def test_a_delivery_error_quoting_a_header_value_logs_where_not_what(
+    delivery: Delivery, caplog: pytest.LogCaptureFixture
+) -> None:
+    d = delivery
+    timer_id = d.fire(d.server.on("/h", 200), headers={"Authorization": SECRET_TOKEN})
+
+    def post(url: str, body: bytes, headers: Mapping[str, str]) -> Attempt:
+        raise ValueError(f"cannot send {headers['Authorization']}")
+
+    d.deps.post = post
+    (message,) = d.receive()
+    assert d.handle([message]) == [message["MessageId"]]  # left on the queue, to come back
+    [logged] = [r for r in caplog.records if r.getMessage() == "delivery failed"]
+    assert logged.error == "ValueError" and any("in post" in f for f in logged.trace)
+    assert SECRET_TOKEN not in json.dumps([vars(r) for r in caplog.records], default=repr)
+    (fire,) = d.history(timer_id)
+    assert fire["status"] == "enqueued"
 
 
 def test_an_unsendable_target_is_a_400_on_its_field_at_create_and_patch_and_changes_nothing(

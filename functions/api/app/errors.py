@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import traceback
-from pathlib import Path
 from typing import Any
 
 from aws_lambda_powertools.event_handler import Response
@@ -13,7 +11,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestValidationError,
 )
 
-from timers.core.errors import DomainError, FieldError, RateLimited
+from timers.core.errors import DomainError, FieldError, RateLimited, trace_frames
 
 from .resolver import app, json_response, logger
 
@@ -68,21 +66,8 @@ def unsupported_media_type(content_type: str) -> Response[Any]:
 @app.exception_handler(Exception)
 def unexpected(exc: Exception) -> Response[Any]:
     # Where it failed, not the message: a message can quote the request (a payload, a header).
-    logger.error("unhandled error", extra={"error": type(exc).__name__, "trace": frames(exc)})
+    logger.error("unhandled error", extra={"error": type(exc).__name__, "trace": trace_frames(exc)})
     return error_response(500, "internal_error", "internal error; it has been logged")
-
-
-def frames(exc: BaseException) -> list[str]:
-    """``file:line in function`` of each frame of ``exc`` (and the exceptions it chains), with
-    no message and no local value."""
-    lines: list[str] = []
-    link: BaseException | None = exc
-    while link is not None and len(lines) < 200:
-        lines.append(type(link).__name__)
-        for frame in traceback.extract_tb(link.__traceback__):
-            lines.append(f"{Path(frame.filename).name}:{frame.lineno} in {frame.name}")
-        link = link.__cause__ or link.__context__
-    return lines
 
 
 _UNION_TAGS = ("at", "after", "cron", "every")

@@ -27,7 +27,7 @@ def timer_view(timer: Timer) -> dict[str, Any]:
         "start_at": _time(timer.start_ms),
         "end_at": _time(timer.end_ms),
         "max_fires": timer.max_fires,
-        "target": timer.webhook.to_dict()
+        "target": timer.webhook.shown()  # header values masked: they are the user's secrets
         if timer.webhook
         else {"queue_url": timer.target_queue_url},
         "payload": json.loads(timer.payload_json),

@@ -54,6 +54,15 @@ _VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")  # no CR, LF or other controls; 
 _NUMERIC_LABEL = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)", re.IGNORECASE)
 
 
+MASKED = "********"
+"""What the API shows of a header value. The names tell targets apart; the values (a token,
+typically) are the user's secrets: given once, used for delivery, never shown again."""
+STORED_HEADERS = "stored_headers"
+"""A PATCH's change of the target that keeps header values the timer has: True when the
+request gave no headers at all (every one is kept), False when it gave them (only those whose
+value is MASKED are kept). See :func:`keeping_stored_values`."""
+
+
 @dataclass(frozen=True)
 class Webhook:
     """An HTTP target: POST to ``url`` with the user's extra ``headers``."""
@@ -62,7 +71,12 @@ class Webhook:
     headers: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, object]:
+        """With the header values: for delivery only (the delivery message, the card)."""
         return {"url": self.url, "headers": dict(self.headers)}
+
+    def shown(self) -> dict[str, object]:
+        """As the API shows it: the header names, their values masked."""
+        return {"url": self.url, "headers": {name: MASKED for name, _ in self.headers}}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)
@@ -78,6 +92,42 @@ class Webhook:
         parts = urlsplit(self.url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
         return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
+
+
+def masked_headers(headers: Mapping[str, str] | None) -> list[FieldError]:
+    """A new target cannot keep values it never had: a MASKED value (what GET shows) is
+    refused where no stored value stands behind it."""
+    return [
+        FieldError(f"target.headers.{name}", "is masked (as the API shows it); give its value")
+        for name, value in (headers or {}).items()
+        if value == MASKED
+    ]
+
+
+def keeping_stored_values(
+    given: Webhook, stored: Webhook | None, headers_omitted: bool
+) -> tuple[Webhook | None, list[FieldError]]:
+    """A PATCH's webhook with the stored header values it keeps: all of them when it gave no
+    headers, else those it gave as MASKED. Kept only for the same origin: a header value (a
+    token) is never carried to another host unless the request gives it again."""
+    kept = dict(stored.headers) if stored is not None else {}
+    if headers_omitted and not kept:
+        return given, []
+    keeps_any = headers_omitted or any(value == MASKED for _, value in given.headers)
+    if kept and keeps_any and stored is not None and stored.origin != given.origin:
+        reason = "give the header values again when the URL moves to another origin"
+        return None, [FieldError("target.headers", reason)]
+    if headers_omitted:
+        return Webhook(given.url, tuple(kept.items())), []
+    by_name = {name.lower(): value for name, value in kept.items()}
+    pairs: list[tuple[str, str]] = []
+    for name, value in given.headers:
+        if value == MASKED:
+            if name.lower() not in by_name:
+                return None, masked_headers({name: value})
+            value = by_name[name.lower()]
+        pairs.append((name, value))
+    return Webhook(given.url, tuple(pairs)), []
 
 
 def is_loopback_host(host: str) -> bool:
