@@ -257,17 +257,31 @@ def test_a_failed_webhook_fire_is_found_and_redelivered_from_the_console(
 
         row.find_element(By.TAG_NAME, "button").click()  # Redeliver
         wait.until(ec.text_to_be_present_in_element((By.ID, "notice"), fire["fire_id"]))
+        # A failure no more: it leaves the panel (no Redeliver left to answer 409).
+        wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, f"{group} tbody tr"))
         assert server.wait_for("/console-hook", 2, FIRE_TIMEOUT_S), "not sent again"
         first, again = server.at("/console-hook")
         assert again.headers["webhook-id"] == first.headers["webhook-id"] == fire["fire_id"]
         assert again.body == first.body
         delivered = _until(lambda: [f for f in _fires(webhook_stack, key, timer["id"])
                                     if f["delivered_at"]])  # fmt: skip
-        assert delivered[0]["fire_id"] == fire["fire_id"]
-        status, listed, _ = webhook_stack.request(
-            "GET", "/fires?status=failed&since=2020-01-01T00:00:00Z", key=key
+        assert (delivered[0]["fire_id"], delivered[0]["status"]) == (fire["fire_id"], "delivered")
+
+        # The timer's page shows it delivered, with when.
+        browser.get(f"{webhook_stack.console}#/timers/{timer['id']}")
+        shown = f"#fires-table tr[data-fire='{fire['fire_id']}']"
+        wait.until(lambda d: "delivered" in d.find_element(By.CSS_SELECTOR, shown).text)
+        cells = browser.find_element(By.CSS_SELECTOR, shown).find_elements(By.TAG_NAME, "td")
+        assert cells[3].text == delivered[0]["delivered_at"]  # the Delivered column
+        assert cells[5].text == "delivered" and cells[7].find_elements(By.TAG_NAME, "button") == []
+
+        failed_query = "/fires?status=failed&since=2020-01-01T00:00:00Z"
+        status, listed, _ = webhook_stack.request("GET", failed_query, key=key)
+        assert [f for f in listed["items"] if f["fire_id"] == fire["fire_id"]] == []
+        status, everything, _ = webhook_stack.request(
+            "GET", failed_query + "&include_redelivered=true", key=key
         )
-        (record,) = [f for f in listed["items"] if f["fire_id"] == fire["fire_id"]]
+        (record,) = [f for f in everything["items"] if f["fire_id"] == fire["fire_id"]]
         assert record["redelivered_at"] is not None
         assert key not in browser.current_url
     browser.execute_script("sessionStorage.clear()")

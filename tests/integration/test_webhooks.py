@@ -217,7 +217,7 @@ def test_a_fire_is_posted_signed_with_the_contract_body_and_shown_delivered(
     assert request.headers["content-type"] == "application/json"
 
     (fire,) = d.history(timer_id)
-    assert (fire["status"], fire["attempts"], fire["last_status"]) == ("enqueued", 1, 200)
+    assert (fire["status"], fire["attempts"], fire["last_status"]) == ("delivered", 1, 200)
     assert fire["delivered_at"] is not None and fire["reason"] is None
     assert d.receive() == []  # deleted
 
@@ -794,7 +794,7 @@ def test_a_trigger_killed_around_the_send_still_posts_each_fire_once(
         assert d.handle(messages) == []
     assert len(server.at("/once")) == 1
     (fire,) = d.history(made["id"])
-    assert (fire["status"], fire["attempts"], fire["last_status"]) == ("enqueued", 1, 200)
+    assert (fire["status"], fire["attempts"], fire["last_status"]) == ("delivered", 1, 200)
 
 
 # ---------------------------------------------------------------- failed fires, redelivered
@@ -841,9 +841,10 @@ def test_a_failed_fire_is_listed_and_once_its_endpoint_is_fixed_redelivered_with
     secret = d.rig.api.call("GET", "/v1/tenant").body["webhook_secret"]
     standardwebhooks.Webhook(secret).verify(second.body, second.headers)
     (fire,) = d.history(timer_id)
-    assert (fire["status"], fire["attempts"], fire["last_status"]) == ("enqueued", 2, 200)
+    assert (fire["status"], fire["attempts"], fire["last_status"]) == ("delivered", 2, 200)
     assert fire["delivered_at"] is not None
-    assert d.failed() == [reply.body]  # still listed, as redelivered
+    assert d.failed() == []  # a failure no more: left out of the list ...
+    assert d.failed(include_redelivered="true") == [reply.body]  # ... unless asked for
 
     # Delivered now: neither it nor "all of the timer's" redelivers anything.
     for path in (f"/v1/timers/{timer_id}/fires/{fire_id}/redeliver",
@@ -1039,7 +1040,10 @@ def test_a_redelivery_killed_at_any_step_loses_nothing_and_a_retry_finishes_it(
     failures.delivery_queue = Dies()
     reply = d.redeliver(ids[0], before_send)
     assert reply.status == 500
-    (marked,) = [f for f in d.failed() if f["fire_id"] == before_send]
+    # Marked redelivered (the commit point), so listed only on request; still failed.
+    assert [f for f in d.failed() if f["fire_id"] == before_send] == []
+    listed = d.failed(include_redelivered="true")
+    (marked,) = [f for f in listed if f["fire_id"] == before_send]
     assert marked["redelivered_at"] is not None and d.receive() == []
     assert d.history(ids[0])[0]["status"] == "failed"
     failures.delivery_queue = sender

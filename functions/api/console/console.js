@@ -497,6 +497,7 @@ function renderFires() {
         el("td", {}, el("code", { text: f.fire_id })),
         timeCell(f.scheduled_at),
         timeCell(f.enqueued_at),
+        timeCell(f.delivered_at), // webhooks: when a POST got a 2xx
         el("td", { className: "lag", text: lag === null ? "—" : String(lag) }),
         el("td", {}, el("span", { className: `status ${f.status}`, text: f.status })),
         el("td", { text: reason }),
@@ -601,7 +602,7 @@ async function onConfirmClosed() {
 // The routes may not exist on an older deployment: a 404 hides the panel and the buttons.
 
 const failed = { available: null, items: [], cursor: null };
-const FAILED_COLUMNS = ["Fire", "Due", "Failed", "Reason", "Last status", "Attempts", "Redelivered", ""];
+const FAILED_COLUMNS = ["Fire", "Due", "Failed", "Reason", "Last status", "Attempts", ""];
 
 function failedQuery(cursor) {
   if (!$("failed-since").value) {
@@ -676,7 +677,6 @@ function renderFailed() {
               el("td", { text: f.reason || "" }),
               el("td", { text: orDash(f.last_status) }),
               el("td", { text: orDash(f.attempts) }),
-              timeCell(f.redelivered_at),
               el("td", {}, smallButton("Redeliver", () => redeliver(f.timer_id, f.fire_id))),
             ),
           ),
@@ -711,7 +711,7 @@ async function redeliverAll(timerId) {
 
 function afterRedelivery() {
   if (!$("timer-view").hidden) refreshTimer();
-  else loadFailed(true);
+  loadFailed(true); // a redelivered fire is a failure no more: the API leaves it out of the list
 }
 
 // ------------------------------------------------------------------ wiring

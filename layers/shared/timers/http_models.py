@@ -154,7 +154,7 @@ Timestamp = Annotated[
     ),
 ]
 TimerStatus = Literal["active", "paused", "completed"]
-FireStatus = Literal["enqueued", "pending", "failed"]
+FireStatus = Literal["enqueued", "delivered", "pending", "failed"]
 
 
 class AtOut(_Out):
@@ -228,8 +228,10 @@ class FireOut(_Out):
     enqueued_at: Timestamp | None
     lag_ms: int | None
     status: FireStatus = Field(
-        description="HTTP targets: enqueued = on the delivery queue or delivered "
-        "(delivered_at), failed = the POSTs gave up (reason, with the last status)"
+        description="enqueued = on the target queue (a queue target: that is its delivery) or, "
+        "for an HTTP target, on the delivery queue; delivered = an HTTP target's POST got a "
+        "2xx (delivered_at), after a redelivery too; failed = the POSTs gave up (reason, with "
+        "the last status)"
     )
     reason: str | None = Field(None, description="Why a fire failed; null otherwise")
     delivered_at: Timestamp | None = Field(
@@ -260,7 +262,8 @@ class FailedFireOut(_Out):
     last_status: int | None = Field(description="The last answer's HTTP status; null: none")
     attempts: int = Field(description="POSTs made when it failed")
     redelivered_at: Timestamp | None = Field(
-        description="When it was redelivered; null: not yet. A fire that fails again after a "
+        description="When it was redelivered; null: not yet. A redelivered failure is left out "
+        "of the list unless include_redelivered is true; a fire that fails again after a "
         "redelivery is listed again, as a new failure"
     )
 

@@ -25,6 +25,10 @@ Since = Annotated[
 Until = Annotated[
     m.Rfc3339 | None, Query(description="Only fires that failed at or before this instant")
 ]
+IncludeRedelivered = Annotated[
+    bool,
+    Query(description="Also the failures redelivered since (`redelivered_at`); default: not"),
+]
 TAG = "fires"  # the docs page groups operations by it
 router = APIGatewayHttpRouter()
 
@@ -47,7 +51,9 @@ def list_fires(timer_id: str, limit: Limit = 50, cursor: Cursor = None) -> m.Fir
             200,
             "A page of the tenant's failed fires (HTTP targets whose delivery gave up: at once, "
             "after the retry budget, waiting for a slot, or dead-lettered), newest first; a "
-            "redelivered one stays listed with `redelivered_at`",
+            "redelivered one only with `include_redelivered=true`. One request reads at most "
+            "`limit` failures: without it a page can be short, even empty, with a "
+            "`next_cursor` to go on from",
             m.FailedFireList,
         ),
         **errors(*KEYED, 400),
@@ -60,12 +66,16 @@ def list_failed_fires(
     until: Until = None,
     limit: Limit = 50,
     cursor: Cursor = None,
+    include_redelivered: IncludeRedelivered = False,
 ) -> m.FailedFireList:
     window = (
         None if since is None else parse_ms(since),
         None if until is None else parse_ms(until),
     )
-    return m.FailedFireList(**runtime().failures.list_failed(tenant(), *window, limit, cursor))
+    failures = runtime().failures
+    return m.FailedFireList(
+        **failures.list_failed(tenant(), *window, limit, cursor, include_redelivered)
+    )
 
 
 @router.post(

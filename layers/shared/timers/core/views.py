@@ -45,14 +45,17 @@ def fire_view(
     timer_id: str, pos: int, entry: Entry, delivery: DeliveryState | None = None
 ) -> dict[str, Any]:
     """One fire from its claim entry at chain position ``pos`` and, for an HTTP target, its
-    delivery record: ``enqueued`` means on the delivery queue (or delivered: ``delivered_at``),
-    ``failed`` that the POSTs gave up (``reason`` says why, with the last status)."""
+    delivery record: ``enqueued`` means on the delivery queue, ``delivered`` that a POST got a
+    2xx (``delivered_at``; after a redelivery too), ``failed`` that the POSTs gave up
+    (``reason`` says why, with the last status)."""
     scheduled = entry.fired if entry.fired is not None else pos
     enqueued = entry.enqueued if entry.state == "d" else None
     status, reason = STATUS_OF[entry.state], entry.reason
     http = entry.hook or delivery is not None
     if delivery is not None and delivery.failed is not None:
         status, reason = "failed", delivery.failed
+    elif delivery is not None and delivery.delivered_ms is not None:
+        status = "delivered"
     return {
         "fire_id": fire_id(timer_id, scheduled),
         "scheduled_at": format_ms(scheduled),
