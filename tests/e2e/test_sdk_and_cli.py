@@ -234,6 +234,20 @@ def test_an_import_never_fires_again_what_already_fired(
     assert "completed ones are skipped" in cli("import", "--help", env=env).stdout
 
 
+def test_a_key_revoked_with_ops_admin_is_refused_within_a_second(
+    local_stack: RunningStack,
+) -> None:
+    key = admin(local_stack, "tenant", "create", "revoke-me")["api_key"]
+    for _ in range(20):  # every api sandbox that serves these now remembers the key
+        assert local_stack.request("GET", "/tenant", key=key)[0] == 200
+    assert admin(local_stack, "key", "revoke", key) == {"revoked": True}
+    revoked = time.monotonic()
+    while (status := local_stack.request("GET", "/tenant", key=key)[0]) == 200:
+        assert time.monotonic() - revoked < 1.0, "a revoked key still works after a second"
+        time.sleep(0.05)
+    assert status == 401
+
+
 def test_cli_finds_make_runs_api_and_demo_key_in_its_state_file(
     local_stack: RunningStack,
 ) -> None:

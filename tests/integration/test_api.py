@@ -101,6 +101,23 @@ def test_revoked_key_is_401(api: Api) -> None:
     assert api.call("GET", "/v1/tenant").status == 401
 
 
+def test_a_revoked_key_the_api_remembers_is_refused_within_a_second(api: Api) -> None:
+    """The api remembers keys (a read per key per 30 s, not per request); a revocation - by
+    any process: here ops.admin's function - makes every sandbox forget them within 1 s."""
+    key, other = api.keys["acme"], tenants.add_key("acme", api.clock())
+    assert api.call("GET", "/v1/tenant", key=key).status == 200  # remembered from here on
+    assert api.call("GET", "/v1/tenant", key=other).status == 200
+    api.clock.advance(300)
+    assert tenants.revoke_key(key)
+    assert api.call("GET", "/v1/tenant", key=key).status == 200  # checked 300 ms ago: trusted
+    api.clock.advance(700)  # 1 s after the last check: within a second of the revocation
+    assert api.call("GET", "/v1/tenant", key=key).status == 401
+    assert api.call("GET", "/v1/tenant", key=other).status == 200  # the others still work
+    api.clock.advance(5_000)  # long after any check: refused at once
+    assert tenants.revoke_key(other)
+    assert api.call("GET", "/v1/tenant", key=other).status == 401
+
+
 def test_tenant_is_whoever_the_key_belongs_to(api: Api) -> None:
     reply = api.call("GET", "/v1/tenant", tenant="globex")
     secret = reply.body.pop("webhook_secret")
