@@ -121,7 +121,7 @@ class TimerService:
         ``timers[i].field``), then the wakeups, the timers, and Redis are written."""
         if not single and not 1 <= len(specs) <= BATCH_LIMIT:
             raise InvalidInput(
-                "a batch holds 1 to 100 timers", [FieldError("timers", "must hold 1 to 100 timers")]
+                "a batch holds 1 to 100 timers", [FieldError("timers", "1 to 100 items")]
             )
         now = self.clock()
         built: list[Timer] = []
