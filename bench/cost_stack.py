@@ -50,6 +50,7 @@ from bench.meter import (  # noqa: E402
     table_specs,
 )
 from functions.api import app as api_app  # noqa: E402
+from functions.api.app import resolver as api_resolver  # noqa: E402
 from functions.delivery import app as delivery_app  # noqa: E402
 from functions.migrator import app as migrator_app  # noqa: E402
 from functions.trigger import app as trigger_app  # noqa: E402
@@ -234,7 +235,7 @@ class Stack:
         self._delivery_setup(settings, raw_dynamodb, specs)
         # The real handlers with our clients and clock (they build their deps once per cold
         # start; these stand in for that build).
-        api_app.runtime = lambda: self.runtime  # type: ignore[assignment]
+        api_resolver._runtime = self.runtime
         trigger_app.wired = lambda: (wiring, self.trigger_deps)  # type: ignore[assignment]
         migrator_app.deps = lambda: self.migrator_deps  # type: ignore[assignment]
         self._event = json.loads((ROOT / "events" / "api-create-timer.json").read_text())

@@ -3,8 +3,8 @@
     tenant create NAME [--api-key KEY]   create the tenant, its callback queue and a key
                                          (a KEY another tenant holds is refused, not moved)
     key add NAME                         issue another key
-    key revoke KEY                       revoke a key (refused within 30 s: api instances
-                                         remember a key's tenant that long)
+    key revoke KEY                       revoke a key (refused within 1 s: every api
+                                         sandbox checks the revocation count that often)
     queue allow NAME QUEUE_URL           let NAME target an extra queue
     queue disallow NAME QUEUE_URL        take that back
     tenant show NAME                     print the tenant

@@ -1,10 +1,17 @@
 """Timers in bulk, as JSON Lines: ``timers export`` writes one timer per line, ``timers import``
 creates them through the batch endpoint.
 
-A line is the body ``POST /v1/timers`` takes, plus two keys export writes and import reads:
-``id`` (the exported timer's, for the summary; the service assigns new ids) and ``status``
-(``paused`` timers are paused again once created). So an export is an import's input, and a
-hand-written file needs only create bodies.
+A line is the body ``POST /v1/timers`` takes, plus three keys export writes and import reads:
+``id`` (the exported timer's, for the summary; the service assigns new ids), ``status`` and
+``fire_count``. So an export is an import's input, and a hand-written file needs only create
+bodies.
+
+An import never fires again what already fired - as a scheduler's or a task queue's user
+expects of moving schedules (EventBridge Scheduler and Cloud Tasks move what is still to run,
+not what has run): a ``completed`` timer is skipped (reported, not created), a recurring timer
+part-way through its ``max_fires`` is created with the fires it has left, a ``paused`` one is
+paused again once created. A webhook's header values are not in an export (the API shows them
+masked): such a line is refused, naming the header, until its value is written in.
 
 Import sends up to 100 lines per request, all or nothing on the service's side; a line the
 service refuses is named by its 400's ``details`` (``timers[3].schedule``), set aside with its
@@ -28,7 +35,7 @@ from timers_client.models import Timer
 BATCH = 100  # the batch endpoint's limit
 CREATE_FIELDS = ("name", "schedule", "start_at", "end_at", "max_fires", "target", "payload",
                  "misfire")  # fmt: skip
-EXPORT_ONLY = ("id", "status")
+EXPORT_ONLY = ("id", "status", "fire_count")
 _INDEX = re.compile(r"timers\[(\d+)\]\.?(.*)")
 
 
@@ -45,8 +52,8 @@ def export_line(timer: Timer, default_queue: str | None) -> str:
         line["schedule"] = {"type": "at", "at": timer.next_fire_at}
     if timer.target == {"queue_url": default_queue}:
         del line["target"]
-    if timer.status == "paused":
-        line["status"] = "paused"
+    line["status"] = timer.status
+    line["fire_count"] = timer.fire_count
     return json.dumps(line, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -62,14 +69,16 @@ class Line:
 class ImportReport:
     created: list[tuple[Line, Timer]] = field(default_factory=list)
     failed: list[tuple[int, str]] = field(default_factory=list)  # (line number, why)
+    skipped: list[tuple[int, str | None]] = field(default_factory=list)  # (line, was): completed
 
     @property
     def total(self) -> int:
-        return len(self.created) + len(self.failed)
+        return len(self.created) + len(self.failed) + len(self.skipped)
 
 
 def parse_lines(text_lines: Iterable[str], report: ImportReport) -> Iterator[Line]:
-    """The file's timers; a line that is not a JSON object is reported, blank lines skipped."""
+    """The file's timers still to fire; a line that is not a JSON object is reported, a
+    completed timer skipped, blank lines ignored."""
     for number, text in enumerate(text_lines, start=1):
         if not text.strip():
             continue
@@ -85,8 +94,29 @@ def parse_lines(text_lines: Iterable[str], report: ImportReport) -> Iterator[Lin
         if status not in (None, "active", "paused", "completed"):
             report.failed.append((number, f"status: {status!r} is not a timer status"))
             continue
+        fired = data.pop("fire_count", 0)
+        if isinstance(fired, bool) or not isinstance(fired, int) or fired < 0:
+            report.failed.append((number, f"fire_count: {fired!r} is not a count of fires"))
+            continue
         was = data.pop("id", None)
-        yield Line(number, data, was if isinstance(was, str) else None, status == "paused")
+        was = was if isinstance(was, str) else None
+        left = _fires_left(data.get("max_fires"), fired)
+        schedule = data.get("schedule")
+        one_shot = isinstance(schedule, dict) and schedule.get("type") in ("at", "after")
+        if status == "completed" or left == 0 or (one_shot and fired):
+            report.skipped.append((number, was))  # it fired all it will: never again
+            continue
+        if left is not None:
+            data["max_fires"] = left
+        yield Line(number, data, was, status == "paused")
+
+
+def _fires_left(max_fires: Any, fired: int) -> int | None:
+    """What a recurring timer has left of its ``max_fires`` (None: no cap, or not a number -
+    the service says what is wrong with it)."""
+    if isinstance(max_fires, bool) or not isinstance(max_fires, int):
+        return None
+    return max(max_fires - fired, 0)
 
 
 def batches(lines: Iterable[Line], size: int = BATCH) -> Iterator[list[Line]]:

@@ -12,7 +12,8 @@
 
 Configuration: ``--api``/``--api-key``, else ``TIMERS_API``/``TIMERS_API_KEY``, else the running
 ``make run`` (its state file: its API and the demo tenant's key). Tables for people by default;
-``--json`` prints the API's JSON (one object per line for ``tail``) for scripts.
+``--json`` prints the API's JSON (one object per line for ``tail``) for scripts. ``--json``,
+``--api`` and ``--api-key`` go before or after the command.
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from datetime import datetime
+from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import httpx
 
 from timers_client import bulk
 from timers_client.client import ApiConfigError, Client, Config, after, at, cron, every
@@ -48,19 +53,29 @@ def duration(text: str) -> float:
     return sum(float(n) * _UNIT_S[u] for n, u in parts)
 
 
-def json_value(text: str) -> Any:
+def payload_value(text: str) -> Any:
+    """A JSON value given inline, as ``@FILE`` (read from that file) or as ``-`` (stdin)."""
+    where = "standard input" if text == "-" else text[1:] if text.startswith("@") else None
+    try:
+        if text == "-":
+            text = sys.stdin.read()
+        elif text.startswith("@"):
+            text = Path(text[1:]).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {where}: {exc.strerror}") from None
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+        source = f" in {where}" if where else ""
+        raise argparse.ArgumentTypeError(f"not JSON{source}: {exc}") from None
 
 
 # ---------------------------------------------------------------- output
 
 
-def _short(value: Any, width: int = 40) -> str:
+def _short(value: Any, width: int | None = 40) -> str:
     text = "-" if value is None else value if isinstance(value, str) else json.dumps(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return text if width is None or len(text) <= width else text[: width - 1] + "…"
 
 
 def schedule_text(schedule: dict[str, Any]) -> str:
@@ -74,16 +89,52 @@ def schedule_text(schedule: dict[str, Any]) -> str:
     return json.dumps(schedule)
 
 
+WHOLE = frozenset({"ID", "FIRE ID", "TIMER ID"})
+"""Columns never cut: what other commands take (``timers redeliver TIMER_ID FIRE_ID``)."""
+
+
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    cells = [list(headers)] + [[_short(c) for c in row] for row in rows]
+    widths_cap = [None if h in WHOLE else 40 for h in headers]
+    cells = [list(headers)] + [
+        [_short(c, cap) for c, cap in zip(row, widths_cap, strict=True)] for row in rows
+    ]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     return "\n".join(lines)
 
 
+def zone_of(schedule: dict[str, Any]) -> ZoneInfo | None:
+    """The time zone a schedule is written in, when it is not UTC (a cron's)."""
+    name = schedule.get("timezone") if schedule.get("type") == "cron" else None
+    if not name or name == "UTC":
+        return None
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+
+
+def in_zone(iso: str, zone: ZoneInfo | None, form: str = "%Y-%m-%d %H:%M %Z") -> str:
+    """An API time (UTC), with the wall-clock time of ``zone`` beside it."""
+    if zone is None:
+        return iso
+    local = datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(zone)
+    return f"{iso} ({local.strftime(form)})"
+
+
+def next_fire_text(timer: Any, form: str = "%a %H:%M %Z") -> str:
+    """The next fire as people read it: in the schedule's time zone too; none while paused
+    (resuming decides it, by the misfire policy)."""
+    if timer.status == "paused":
+        return "- (paused)"
+    if timer.next_fire_at is None:
+        return "-"
+    return in_zone(timer.next_fire_at, zone_of(timer.schedule), form)
+
+
 def timer_rows(timers: Iterable[Any]) -> list[list[Any]]:
     return [
-        [t.id, t.status, schedule_text(t.schedule), t.next_fire_at, t.fire_count, t.name]
+        [t.id, t.status, schedule_text(t.schedule), next_fire_text(t), t.fire_count, t.name]
         for t in timers
     ]
 
@@ -94,6 +145,7 @@ TIMER_HEADERS = ("ID", "STATUS", "SCHEDULE", "NEXT FIRE", "FIRES", "NAME")
 def show_timer(timer: Any) -> str:
     data = asdict(timer)
     data["schedule"] = schedule_text(timer.schedule)
+    data["next_fire_at"] = next_fire_text(timer, "%Y-%m-%d %H:%M %Z")
     data["target"] = timer.target.get("queue_url") or timer.target.get("url")
     data["payload"] = json.dumps(timer.payload)
     width = max(len(k) for k in data)
@@ -110,7 +162,7 @@ def _schedule(args: argparse.Namespace) -> dict[str, Any]:
         return at(args.at)
     if args.every is not None:
         return every(args.every)
-    return cron(args.cron, args.tz)
+    return cron(args.cron, args.tz or "UTC")
 
 
 def header_value(text: str) -> tuple[str, str]:
@@ -157,35 +209,58 @@ def cmd_fires(client: Client, args: argparse.Namespace) -> Any:
         fires.append(fire)
         if args.limit is not None and len(fires) >= args.limit:
             break
-    rows = [[f.fire_id, f.scheduled_at, f.enqueued_at, f.lag_ms, f.status, f.reason]
-            for f in fires]  # fmt: skip
-    headers = ("FIRE ID", "SCHEDULED", "ENQUEUED", "LAG MS", "STATUS", "REASON")
+    rows = [[f.fire_id, f.scheduled_at, f.enqueued_at, f.delivered_at, f.lag_ms, f.status,
+             f.reason] for f in fires]  # fmt: skip
+    headers = ("FIRE ID", "SCHEDULED", "ENQUEUED", "DELIVERED", "LAG MS", "STATUS", "REASON")
     return {"items": fires}, lambda: table(headers, rows)
 
 
 FAILED_HEADERS = ("FAILED AT", "FIRE ID", "REASON", "LAST STATUS")
 
 
-def failed_rows(fires: Iterable[Any]) -> list[list[Any]]:
-    return [[f.failed_at, f.fire_id, f.reason, f.last_status] for f in fires]
+def failed_rows(fires: Sequence[Any], redelivered: bool = False) -> list[list[Any]]:
+    rows = [[f.failed_at, f.fire_id, f.reason, f.last_status] for f in fires]
+    if redelivered:
+        rows = [[*row, f.redelivered_at] for row, f in zip(rows, fires, strict=True)]
+    return rows
 
 
 def cmd_failed(client: Client, args: argparse.Namespace) -> Any:
     fires = []
-    for fire in client.failed_fires(since=args.since, until=args.until):
+    listing = client.failed_fires(since=args.since, until=args.until, include_redelivered=args.all)
+    for fire in listing:
         fires.append(fire)
         if args.limit is not None and len(fires) >= args.limit:
             break
-    return {"items": fires}, lambda: table(FAILED_HEADERS, failed_rows(fires))
+    headers = (*FAILED_HEADERS, *(["REDELIVERED AT"] if args.all else []))
+    return {"items": fires}, lambda: table(headers, failed_rows(fires, args.all))
 
 
 def cmd_redeliver(client: Client, args: argparse.Namespace) -> Any:
     if args.fire_id is not None:
-        fires = [client.redeliver(args.id, args.fire_id)]
+        fires = [client.redeliver(args.id, failed_fire_id(client, args.id, args.fire_id))]
     else:
         fires = client.redeliver_all(args.id)
     text = "\n".join(f"redelivered {f.fire_id}" for f in fires) or "(no failed fire to redeliver)"
     return {"items": fires}, lambda: text
+
+
+class UsageError(Exception):
+    """What the user typed names nothing (exit code 2, like a usage error)."""
+
+
+def failed_fire_id(client: Client, timer_id: str, given: str) -> str:
+    """The failed fire of the timer whose id is ``given`` or starts with it (unique)."""
+    if re.fullmatch(r".+:\d{13,}", given):
+        return given  # a whole fire id: the API says whether it failed
+    matches = [f.fire_id for f in client.failed_fires() if f.timer_id == timer_id
+               and f.fire_id.startswith(given)]  # fmt: skip
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise UsageError(f"no failed fire of {timer_id} starts with {given!r} (timers failed)")
+    shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
+    raise UsageError(f"{given!r} is the start of {len(matches)} failed fires: {shown}")
 
 
 def _state_change(name: str) -> Callable[[Client, argparse.Namespace], Any]:
@@ -207,7 +282,8 @@ def cmd_preview(client: Client, args: argparse.Namespace) -> Any:
         _schedule(args), start_at=args.start, end_at=args.end, max_fires=args.max_fires,
         count=args.count,
     )  # fmt: skip
-    return preview, lambda: "\n".join(preview.fire_times) or "(no fire)"
+    zone = zone_of(_schedule(args))
+    return preview, lambda: "\n".join(in_zone(t, zone) for t in preview.fire_times) or "(no fire)"
 
 
 def cmd_tail(client: Client, args: argparse.Namespace, config: Config) -> int:
@@ -223,14 +299,23 @@ def cmd_tail(client: Client, args: argparse.Namespace, config: Config) -> int:
     seen, idle_since = 0, time.monotonic()
     if not args.json:
         print(f"tailing {queue_url} (Ctrl-C to stop)", file=sys.stderr)
+    from botocore.exceptions import EndpointConnectionError
+
     while args.count is None or seen < args.count:
         if args.idle is not None and time.monotonic() - idle_since > args.idle:
             break
         wait = 1 if args.idle is not None else 10
-        got = sqs.receive_message(
-            QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=wait,
-            MessageAttributeNames=["All"],
-        ).get("Messages", [])  # fmt: skip
+        try:
+            got = sqs.receive_message(
+                QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=wait,
+                MessageAttributeNames=["All"],
+            ).get("Messages", [])  # fmt: skip
+        except EndpointConnectionError as exc:
+            where = exc.kwargs.get("endpoint_url")
+            print(f"timers: cannot reach the queue at {where}; is the local stack running "
+                  "(`make run`)? Otherwise set AWS_ENDPOINT_URL or your AWS region.",
+                  file=sys.stderr)  # fmt: skip
+            return 1
         for message in got:
             print(callback_line(json.loads(message["Body"]), args.json), flush=True)
             sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
@@ -263,7 +348,7 @@ def _schedule_options(parser: argparse.ArgumentParser, required: bool) -> None:
     group.add_argument("--at", metavar="TIME", help="once, at this RFC 3339 time")
     group.add_argument("--every", type=duration, metavar="DURATION", help="every 5s, 1m, ...")
     group.add_argument("--cron", metavar="EXPR", help="5-field cron, e.g. '0 7 * * 1-5'")
-    parser.add_argument("--tz", default="UTC", help="IANA time zone of --cron (default UTC)")
+    parser.add_argument("--tz", help="with --cron: its IANA time zone (default UTC)")
     parser.add_argument("--start", metavar="TIME", help="no fire before this RFC 3339 time")
     parser.add_argument("--end", metavar="TIME", help="no fire after this RFC 3339 time")
     parser.add_argument("--max-fires", type=int, metavar="N")
@@ -297,17 +382,24 @@ def cmd_import(client: Client, args: argparse.Namespace) -> Any:
     result = {
         "created": [{"line": line.number, "id": t.id, "was": line.was}
                     for line, t in report.created],
+        "skipped": [{"line": number, "was": was, "reason": SKIPPED}
+                    for number, was in report.skipped],
         "failed": [{"line": number, "reason": why} for number, why in failed],
     }  # fmt: skip
 
     def human() -> str:
         head = f"imported {len(report.created)} of {report.total} timers"
+        if report.skipped:
+            head += f"; {len(report.skipped)} skipped ({SKIPPED})"
         if not failed:
             return head
         return "\n".join([f"{head}; {len(failed)} failed:",
                           *(f"  line {n}: {why}" for n, why in failed)])  # fmt: skip
 
     return result, human, 1 if failed else 0
+
+
+SKIPPED = "completed: what fired never fires again"
 
 
 class Progress:
@@ -330,11 +422,17 @@ class Progress:
             print(file=self.stream)
 
 
-def _json_here_too(command: argparse.ArgumentParser) -> None:
-    """``--json`` after the command as well as before it (SUPPRESS: absent, the one before
-    it stands)."""
-    command.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                         help="print JSON instead of a table")  # fmt: skip
+def _global_options(parser: argparse.ArgumentParser, after_command: bool = False) -> None:
+    """--api, --api-key and --json, before the command or after it. After it they default to
+    SUPPRESS: absent there, the value given before the command (or its default) stands."""
+    absent: Any = argparse.SUPPRESS if after_command else None
+    parser.add_argument("--api", default=absent,
+                        help="base URL ending in /v1 (default: $TIMERS_API)")  # fmt: skip
+    parser.add_argument("--api-key", default=absent,
+                        help="the tenant's key (default: $TIMERS_API_KEY)")  # fmt: skip
+    parser.add_argument("--json", action="store_true",
+                        default=argparse.SUPPRESS if after_command else False,
+                        help="print JSON instead of tables")  # fmt: skip
 
 
 def parser() -> argparse.ArgumentParser:
@@ -343,15 +441,21 @@ def parser() -> argparse.ArgumentParser:
         description="Second-precision timers that call back to SQS.",
         epilog="Config: --api/--api-key, TIMERS_API/TIMERS_API_KEY, or the running `make run`.",
     )
-    p.add_argument("--api", help="base URL ending in /v1 (default: $TIMERS_API)")
-    p.add_argument("--api-key", help="the tenant's key (default: $TIMERS_API_KEY)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _global_options(p)
+    after_command = argparse.ArgumentParser(add_help=False)
+    _global_options(after_command, after_command=True)
+    commands = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    create = sub.add_parser("create", help="create a timer")
+    def command(name: str, **options: Any) -> argparse.ArgumentParser:
+        options.setdefault("description", options.get("help"))  # `timers NAME --help` says it
+        return commands.add_parser(name, parents=[after_command], **options)
+
+    create = command("create", help="create a timer")
     _schedule_options(create, required=True)
     create.add_argument("--name")
-    create.add_argument("--payload", type=json_value, help="any JSON value, delivered verbatim")
+    create.add_argument("--payload", type=payload_value, metavar="JSON|@FILE|-",
+                        help="any JSON value, delivered verbatim; @FILE reads it from FILE, "
+                        "- from standard input")  # fmt: skip
     create.add_argument("--misfire", choices=["fire_once", "fire_all", "skip"])
     where = create.add_mutually_exclusive_group()
     where.add_argument("--queue-url", help="target queue (default: the tenant's)")
@@ -361,10 +465,10 @@ def parser() -> argparse.ArgumentParser:
     create.add_argument("--idempotency-key")
     create.set_defaults(run=cmd_create)
 
-    whoami = sub.add_parser("whoami", help="the tenant of the key, and its callback queue")
+    whoami = command("whoami", help="the tenant of the key, and its callback queue")
     whoami.set_defaults(run=cmd_whoami)
 
-    ls = sub.add_parser("ls", help="list timers (every page)")
+    ls = command("ls", help="list timers (every page)")
     ls.add_argument("--status", choices=["active", "paused", "completed"])
     ls.add_argument("--limit", type=int, help="at most this many")
     ls.set_defaults(run=cmd_ls)
@@ -374,50 +478,60 @@ def parser() -> argparse.ArgumentParser:
         ("pause", _state_change("pause"), "pause a timer"),
         ("resume", _state_change("resume"), "resume a timer"),
     ]:
-        command = sub.add_parser(name, help=text)
-        command.add_argument("id")
-        command.set_defaults(run=run)
+        one_timer = command(name, help=text)
+        one_timer.add_argument("id")
+        one_timer.set_defaults(run=run)
 
-    fires = sub.add_parser("fires", help="a timer's fires, newest first")
+    fires = command("fires", help="a timer's fires, newest first")
     fires.add_argument("id")
     fires.add_argument("--limit", type=int)
     fires.set_defaults(run=cmd_fires)
 
-    failed = sub.add_parser("failed", help="the tenant's failed webhook fires, newest first")
+    failed = command("failed", help="the tenant's failed webhook fires, newest first")
     failed.add_argument("--since", metavar="TIME", help="failed at or after this RFC 3339 time")
     failed.add_argument("--until", metavar="TIME", help="failed at or before this RFC 3339 time")
     failed.add_argument("--limit", type=int, help="at most this many")
-    _json_here_too(failed)
+    failed.add_argument("--all", action="store_true",
+                        help="the redelivered ones too (left out by default: failures no more, "
+                        "unless they failed again - then listed anew)")  # fmt: skip
     failed.set_defaults(run=cmd_failed)
 
-    redeliver = sub.add_parser(
+    redeliver = command(
         "redeliver", help="send a failed fire again (same fire id); no FIRE_ID: all of the timer's"
     )
     redeliver.add_argument("id", metavar="TIMER_ID")
-    redeliver.add_argument("fire_id", nargs="?", metavar="FIRE_ID")
-    _json_here_too(redeliver)
+    redeliver.add_argument("fire_id", nargs="?", metavar="FIRE_ID",
+                           help="a failed fire's id, or a start of it no other has")  # fmt: skip
     redeliver.set_defaults(run=cmd_redeliver)
 
-    rm = sub.add_parser("rm", help="cancel timers: they never fire again")
+    rm = command("rm", help="cancel timers: they never fire again")
     rm.add_argument("ids", nargs="+", metavar="id")
     rm.set_defaults(run=cmd_rm)
 
-    preview = sub.add_parser("preview", help="the next fire times of a schedule")
+    preview = command("preview", help="the next fire times of a schedule")
     _schedule_options(preview, required=True)
     preview.add_argument("--count", type=int)
     preview.set_defaults(run=cmd_preview)
 
-    export = sub.add_parser("export", help="every timer as JSON Lines (what import reads)")
+    export = command(
+        "export",
+        help="every timer as JSON Lines, with its status and fire count (what import "
+        "reads); webhook header values are masked: write them in before importing",
+    )
     export.add_argument("--status", choices=["active", "paused", "completed"])
     export.add_argument("-o", "--out", type=argparse.FileType("w", encoding="utf-8"),
                         default=sys.stdout, help="where to (default: standard output)")  # fmt: skip
     export.set_defaults(run=cmd_export)
 
-    imp = sub.add_parser("import", help="create the timers of a JSON Lines file (- for stdin)")
+    imp = command(
+        "import",
+        help="create the timers of a JSON Lines file (- for stdin); completed ones are skipped "
+        "and a recurring one gets the fires it has left: nothing that fired fires again",
+    )
     imp.add_argument("file", type=argparse.FileType("r", encoding="utf-8"))
     imp.set_defaults(run=cmd_import)
 
-    tail = sub.add_parser("tail", help="print the tenant's callbacks as they arrive")
+    tail = command("tail", help="print the tenant's callbacks as they arrive")
     tail.add_argument("--count", type=int, help="stop after this many")
     tail.add_argument("--idle", type=duration, help="stop after this long without one")
     tail.set_defaults(run=None)
@@ -435,7 +549,10 @@ def _to_json(value: Any) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    arguments = parser()
+    args = arguments.parse_args(argv)
+    if getattr(args, "tz", None) is not None and getattr(args, "cron", None) is None:
+        arguments.error("--tz is the time zone of a --cron schedule; give --cron too")
     try:
         config = Config.from_env()
     except ApiConfigError as exc:
@@ -464,9 +581,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(f"timers: {exc}", file=sys.stderr)
         return 1
+    except UsageError as exc:
+        print(f"timers: {exc}", file=sys.stderr)
+        return 2
+    except httpx.TransportError as exc:  # nothing answers there: say what to do, no traceback
+        print(f"timers: {unreachable(config, exc)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def unreachable(config: Config, exc: httpx.TransportError) -> str:
+    why = {httpx.ConnectError: "nothing answers there", httpx.TimeoutException: "no answer in time"}
+    reason = next((text for kind, text in why.items() if isinstance(exc, kind)), type(exc).__name__)
+    return (
+        f"cannot reach the API at {config.api} ({reason}). Is the local stack running "
+        "(`make run`)? Otherwise set TIMERS_API (or --api) to your deployment's ApiUrl."
+    )
 
 
 if __name__ == "__main__":

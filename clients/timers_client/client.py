@@ -295,6 +295,7 @@ class Client:
         until: datetime | str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        include_redelivered: bool = False,
     ) -> Page[FailedFire]:
         query = _query(
             status=status,
@@ -302,6 +303,7 @@ class Client:
             until=None if until is None else _rfc3339(until),
             limit=limit,
             cursor=cursor,
+            include_redelivered="true" if include_redelivered else None,
         )
         answer = self._call("GET", "/fires", query=query)
         return Page([FailedFire.from_json(f) for f in answer["items"]], answer["next_cursor"])
@@ -311,14 +313,19 @@ class Client:
         since: datetime | str | None = None,
         until: datetime | str | None = None,
         *,
+        include_redelivered: bool = False,
         page_size: int = 50,
     ) -> Iterator[FailedFire]:
         """The tenant's failed fires (HTTP targets whose delivery gave up) that failed between
         ``since`` and ``until`` (both included, both optional), newest first, page after page.
-        A redelivered one stays listed, with ``redelivered_at``."""
+        A redelivered one only with ``include_redelivered`` (then with ``redelivered_at``)."""
         return _every(
             lambda cursor: self.failed_fires_page(
-                since=since, until=until, limit=page_size, cursor=cursor
+                since=since,
+                until=until,
+                limit=page_size,
+                cursor=cursor,
+                include_redelivered=include_redelivered,
             )
         )
 

@@ -23,7 +23,9 @@ class ApiError(Exception):
     retry_after_s: float | None = None
 
     def __str__(self) -> str:
-        fields = "; ".join(f"{d.field}: {d.message}" for d in self.details)
+        # A 400's message already names its fields; what it leaves out is added.
+        more = [f"{d.field}: {d.message}" for d in self.details]
+        fields = "; ".join(text for text in more if text not in self.message)
         return f"{self.status} {self.code}: {self.message}" + (f" ({fields})" if fields else "")
 
     @property

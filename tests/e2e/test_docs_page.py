@@ -41,11 +41,15 @@ def test_the_docs_page_shows_every_operation_and_calls_the_api(
         for block in browser.find_elements(By.CSS_SELECTOR, ".opblock")
     }
     assert shown == documented
+    groups = {
+        e.get_attribute("data-tag") for e in browser.find_elements(By.CSS_SELECTOR, ".opblock-tag")
+    }
+    assert groups == {tag["name"] for tag in doc["tags"]}  # by resource; no "default"
     assert "Timer service" in browser.find_element(By.CSS_SELECTOR, ".info .title").text
     browser.save_screenshot(str(tmp_path / "docs.png"))  # for a person: see --basetemp
 
     # "Try it out" on GET /v1/health: the page really calls the API and shows its answer.
-    health = browser.find_element(By.ID, "operations-default-health_v1_health_get")
+    health = browser.find_element(By.ID, "operations-service-health_v1_health_get")
     health.find_element(By.CSS_SELECTOR, ".opblock-summary").click()
     wait.until(lambda d: health.find_elements(By.CSS_SELECTOR, ".try-out__btn"))
     health.find_element(By.CSS_SELECTOR, ".try-out__btn").click()

@@ -293,7 +293,7 @@ def test_make_run_delivers_a_signed_webhook_through_the_delivery_queue(
             if fire["delivered_at"] is not None:
                 break
             time.sleep(0.2)  # the record lands just after the POST's answer
-        assert (fire["status"], fire["attempts"], fire["last_status"]) == ("enqueued", 2, 200)
+        assert (fire["status"], fire["attempts"], fire["last_status"]) == ("delivered", 2, 200)
 
 
 def test_without_the_setting_loopback_targets_are_refused(local_stack: RunningStack) -> None:
@@ -347,4 +347,8 @@ def test_a_failed_webhook_fire_is_found_and_redelivered_with_the_cli(stack: Runn
             if shown["delivered_at"] is not None:
                 break
             time.sleep(0.2)  # the record lands just after the POST's answer
-        assert (shown["status"], shown["attempts"], shown["last_status"]) == ("enqueued", 2, 200)
+        assert (shown["status"], shown["attempts"], shown["last_status"]) == ("delivered", 2, 200)
+        # A failure no more: `timers failed` leaves it out, `--all` shows it redelivered.
+        assert [f for f in timers("failed")["items"] if f["timer_id"] == made["id"]] == []
+        (again,) = [f for f in timers("failed", "--all")["items"] if f["timer_id"] == made["id"]]
+        assert again["redelivered_at"] == redelivered["redelivered_at"]

@@ -187,7 +187,7 @@ def test_cli_exports_timers_and_imports_them_reporting_each_bad_line(
     assert [line.split(":")[0] for line in failures] == ["  line 4", "  line 155", "  line 156"]
     assert failures[0].startswith("  line 4: schedule.expression: ")
     assert failures[1].startswith("  line 155: not JSON: ")
-    assert failures[2] == "  line 156: colour: unknown field"
+    assert failures[2] == "  line 156: colour: is not a field of this request"
     assert "156/156" in run.stderr  # the progress, a line per batch off a terminal
     imported = {t.name: t for t in sdk.list()}
     assert len(imported) == 153
@@ -199,6 +199,53 @@ def test_cli_exports_timers_and_imports_them_reporting_each_bad_line(
     # Run again within 24 h: the same batches, the same timers - nothing created twice.
     again = json.loads(cli("--json", "import", str(file), env=env, check=False).stdout)
     assert len(again["created"]) == 153 and len(list(sdk.list())) == 153
+
+
+def test_an_import_never_fires_again_what_already_fired(
+    env: dict[str, str], sdk: Client, tmp_path: Path
+) -> None:
+    """Exported with status and fire count: a completed one-shot, and a recurring timer that
+    reached max_fires, are skipped by import; one part-way keeps only the fires it has left."""
+    once = sdk.create(after(0), name="once")
+    twice = sdk.create(every(1), max_fires=2, name="twice")
+    many = sdk.create(every(1), max_fires=1_000, name="many")
+    deadline = time.monotonic() + FIRE_TIMEOUT_S
+    while not (sdk.get(once.id).status == sdk.get(twice.id).status == "completed"
+               and sdk.get(many.id).fire_count >= 2):  # fmt: skip
+        assert time.monotonic() < deadline, "the timers did not fire"
+        time.sleep(0.5)
+    exported = cli("export", env=env)
+    lines = {line["name"]: line for line in map(json.loads, exported.stdout.splitlines())}
+    assert (lines["once"]["status"], lines["once"]["fire_count"]) == ("completed", 1)
+    assert (lines["twice"]["status"], lines["twice"]["fire_count"]) == ("completed", 2)
+    assert lines["many"]["status"] == "active" and lines["many"]["fire_count"] >= 2
+    for timer in sdk.list():
+        sdk.delete(timer.id)
+
+    file = tmp_path / "timers.jsonl"
+    file.write_text(exported.stdout)
+    run = cli("import", str(file), env=env)
+    assert run.stdout.splitlines() == [
+        "imported 1 of 3 timers; 2 skipped (completed: what fired never fires again)"
+    ]
+    (imported,) = sdk.list()
+    assert (imported.name, imported.status) == ("many", "active")
+    assert imported.max_fires == 1_000 - lines["many"]["fire_count"]
+    assert "completed ones are skipped" in " ".join(cli("import", "--help", env=env).stdout.split())
+
+
+def test_a_key_revoked_with_ops_admin_is_refused_within_a_second(
+    local_stack: RunningStack,
+) -> None:
+    key = admin(local_stack, "tenant", "create", "revoke-me")["api_key"]
+    for _ in range(20):  # every api sandbox that serves these now remembers the key
+        assert local_stack.request("GET", "/tenant", key=key)[0] == 200
+    assert admin(local_stack, "key", "revoke", key) == {"revoked": True}
+    revoked = time.monotonic()
+    while (status := local_stack.request("GET", "/tenant", key=key)[0]) == 200:
+        assert time.monotonic() - revoked < 1.0, "a revoked key still works after a second"
+        time.sleep(0.05)
+    assert status == 401
 
 
 def test_cli_finds_make_runs_api_and_demo_key_in_its_state_file(

@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from functions.api import app as api_app
+from functions.api.app import resolver as api_resolver
 from ops.local.apigw import from_proxy_result
 from ops.local.context import LambdaContext
 from ops.template import local_settings
@@ -102,7 +103,7 @@ def make_api(
     conn = redis.Redis.from_url(redis_url, decode_responses=True)
     conn.flushall()
     runtime = build_runtime(replace(SETTINGS, **settings), clock, redis_conn=conn)
-    monkeypatch.setattr(api_app, "runtime", lambda: runtime)
+    monkeypatch.setattr(api_resolver, "_runtime", runtime)
     sqs = boto3.client("sqs")
     keys, queues = {}, {}
     for name in ("acme", "globex"):

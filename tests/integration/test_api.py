@@ -12,7 +12,7 @@ import boto3
 import pytest
 
 from ops.local.apigw import proxy_event
-from tests.integration.api_harness import Api, make_api, seed_failed_fire
+from tests.integration.api_harness import Api, Reply, make_api, seed_failed_fire
 from tests.support import apigw
 from tests.support.chains import fire
 from tests.support.clock import T0, FakeClock
@@ -99,6 +99,23 @@ def test_revoked_key_is_401(api: Api) -> None:
     assert api.call("GET", "/v1/tenant").status == 401
 
 
+def test_a_revoked_key_the_api_remembers_is_refused_within_a_second(api: Api) -> None:
+    """The api remembers keys (a read per key per 30 s, not per request); a revocation - by
+    any process: here ops.admin's function - makes every sandbox forget them within 1 s."""
+    key, other = api.keys["acme"], tenants.add_key("acme", api.clock())
+    assert api.call("GET", "/v1/tenant", key=key).status == 200  # remembered from here on
+    assert api.call("GET", "/v1/tenant", key=other).status == 200
+    api.clock.advance(300)
+    assert tenants.revoke_key(key)
+    assert api.call("GET", "/v1/tenant", key=key).status == 200  # checked 300 ms ago: trusted
+    api.clock.advance(700)  # 1 s after the last check: within a second of the revocation
+    assert api.call("GET", "/v1/tenant", key=key).status == 401
+    assert api.call("GET", "/v1/tenant", key=other).status == 200  # the others still work
+    api.clock.advance(5_000)  # long after any check: refused at once
+    assert tenants.revoke_key(other)
+    assert api.call("GET", "/v1/tenant", key=other).status == 401
+
+
 def test_tenant_is_whoever_the_key_belongs_to(api: Api) -> None:
     reply = api.call("GET", "/v1/tenant", tenant="globex")
     secret = reply.body.pop("webhook_secret")
@@ -174,7 +191,7 @@ def bad(**overrides: Any) -> dict[str, Any]:
     [
         ({}, "schedule"),
         (bad(color="red"), "color"),
-        (bad(schedule={"type": "sometimes"}), "schedule"),
+        (bad(schedule={"type": "sometimes"}), "schedule.type"),
         (bad(schedule={"type": "cron", "expression": "61 * * * *"}), "schedule.expression"),
         (bad(schedule={"type": "cron", "expression": "0 7 * * * *"}), "schedule.expression"),
         (bad(schedule={"type": "cron", "expression": "@daily"}), "schedule.expression"),
@@ -211,8 +228,113 @@ def test_bad_input_is_400_with_the_field_and_creates_nothing(
     assert reply.status == 400, reply.body
     assert reply.error_code == "validation_error"
     assert field in reply.error_fields, reply.body
-    assert reply.body["error"]["message"]
+    assert_in_plain_words(reply)
     assert timer_count(api) == 0
+
+
+PYDANTIC_WORDS = ("Input should", "Field required", "dictionary", "Value error", "instance of",
+                  "Extra inputs", "Unable to extract")  # fmt: skip
+
+
+def assert_in_plain_words(reply: Reply) -> None:
+    """A 400 names each field as the contract does and says what is wrong in plain words, in
+    its details and in its message - never in the words of the framework's model library."""
+    error = reply.body["error"]
+    assert not [w for w in PYDANTIC_WORDS if w in json.dumps(error)], error
+    for detail in error["details"][:3]:
+        assert f"{detail['field']}: {detail['message']}" in error["message"], error
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "sentence"),
+    [
+        ({}, "schedule", "is required"),
+        ({"schedule": "soon"}, "schedule", "must be a JSON object"),
+        (bad(schedule={"type": "sometimes"}), "schedule.type",
+         "must be 'at', 'after', 'cron' or 'every', not 'sometimes'"),
+        (bad(schedule={}), "schedule.type", "is required: 'at', 'after', 'cron' or 'every'"),
+        (bad(schedule={"type": "every", "seconds": 0}), "schedule.seconds", "must be at least 1"),
+        (bad(schedule={"type": "after", "seconds": "5"}), "schedule.seconds", "must be a number"),
+        (bad(schedule={"type": "cron"}), "schedule.expression", "is required"),
+        (bad(max_fires=1.5), "max_fires", "must be a whole number"),
+        (bad(name="x" * 257), "name", "must be at most 256 characters"),
+        (bad(misfire="x"), "misfire", "must be 'fire_once', 'fire_all' or 'skip'"),
+        (bad(target="q"), "target", "must be a JSON object"),
+        (bad(target={"url": "https://a.example", "headers": {"a": 1}}), "target.headers.a",
+         "must be a string"),
+        (bad(colour="red"), "colour", "is not a field of this request"),
+        (bad(schedule={"type": "at", "at": "tomorrow"}), "schedule.at",
+         "expected an RFC 3339 date-time with an offset, e.g. 2026-11-21T10:00:00Z"),
+    ],
+)  # fmt: skip
+def test_a_400_says_what_is_wrong_in_plain_words(
+    api: Api, body: dict[str, Any], field: str, sentence: str
+) -> None:
+    reply = api.call("POST", "/v1/timers", body=body)
+    assert reply.status == 400, reply.body
+    assert {"field": field, "message": sentence} in reply.body["error"]["details"], reply.body
+    assert f"{field}: {sentence}" in reply.body["error"]["message"]
+    assert_in_plain_words(reply)
+
+
+def test_a_400_of_a_query_or_a_batch_is_in_plain_words_too(api: Api) -> None:
+    listing = api.call("GET", "/v1/timers", query={"limit": "0"})
+    assert listing.body["error"]["message"] == "limit: must be at least 1"
+    batch = api.call("POST", "/v1/timers:batch", body={"timers": []})
+    assert batch.body["error"]["message"] == "timers: must not be empty"
+    for reply in (listing, batch):
+        assert_in_plain_words(reply)
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1", "127.8.8.8", "[::1]",  # loopback
+        "10.1.2.3", "172.16.0.1", "192.168.1.1", "[fd12::1]",  # private, unique local
+        "169.254.169.254", "[fd00:ec2::254]", "[fe80::1]",  # metadata, link-local
+        "0.0.0.0", "[::]",  # unspecified
+        "[64:ff9b::a9fe:a9fe]", "[64:ff9b::a00:1]",  # NAT64 of the metadata endpoint, of 10/8
+        "[2002:a9fe:a9fe::1]", "[2002:c0a8:101::1]",  # 6to4 of the same
+        "[::ffff:127.0.0.1]", "[::ffff:10.0.0.1]",  # IPv4-mapped
+        "100.64.0.1", "192.0.2.1", "198.18.0.1", "224.0.0.1", "240.0.0.1",  # CGNAT, docs, ...
+        "[2001:db8::1]", "[fec0::1]", "[ff02::1]", "[2001::1]",  # docs, site-local, mcast, Teredo
+    ],
+)  # fmt: skip
+def test_a_webhook_to_a_non_public_address_literal_is_400_at_create_and_patch(
+    api: Api, host: str
+) -> None:
+    url = f"https://{host}/hook"
+    reply = api.call("POST", "/v1/timers", body=bad(target={"url": url}))
+    assert (reply.status, reply.error_code, reply.error_fields) == (
+        400, "validation_error", {"target.url"},
+    ), reply.body  # fmt: skip
+    assert "not a public address" in reply.body["error"]["message"]
+    assert timer_count(api) == 0
+    made = api.create(**bad(target={"url": "https://hooks.example.com/h"}))
+    patched = api.call("PATCH", f"/v1/timers/{made['id']}", body={"target": {"url": url}})
+    assert (patched.status, patched.error_fields) == (400, {"target.url"})
+    assert api.call("GET", f"/v1/timers/{made['id']}").body["target"]["url"] == (
+        "https://hooks.example.com/h"
+    )
+
+
+def test_public_literals_are_accepted_and_loopback_only_where_the_stack_allows_it(
+    api: Api,
+) -> None:
+    for url in (
+        "https://93.184.216.34/h",
+        "https://[2606:2800:220:1:248:1893:25c8:1946]/h",
+        "https://[64:ff9b::5db8:d822]/h",
+    ):  # fmt: skip  (NAT64 of a public address)
+        assert api.call("POST", "/v1/timers", body=bad(target={"url": url})).status == 201, url
+    loopback = bad(target={"url": "http://127.0.0.1:9/h"})
+    assert api.call("POST", "/v1/timers", body=loopback).status == 400
+    api.runtime.service.allow_loopback_targets = True  # TIMERS_ALLOW_LOOPBACK_TARGETS=1
+    assert api.call("POST", "/v1/timers", body=loopback).status == 201
+    for url in ("https://[::1]:9/h", "http://127.0.0.1:9/h"):
+        assert api.call("POST", "/v1/timers", body=bad(target={"url": url})).status == 201
+    other = bad(target={"url": "https://127.0.0.2:9/h"})  # the rest of 127/8 stays refused
+    assert api.call("POST", "/v1/timers", body=other).status == 400
 
 
 @pytest.mark.parametrize("raw", ["{not json", "", "[]", "null", '"text"'])

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from functions.api import app as api_app
+from functions.api.app import preflight, resolver
 from tests.integration.api_harness import Api, make_api
 from tests.support import apigw
 from tests.support.clock import T0, FakeClock
@@ -68,7 +68,7 @@ def test_traces_and_logs_keep_no_secret_or_payload(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     traces = RecordingProvider()
-    monkeypatch.setattr(api_app.tracer, "provider", traces)
+    monkeypatch.setattr(resolver.tracer, "provider", traces)
     secret = api.call("GET", "/v1/tenant").body["webhook_secret"]
     timer = api.create(
         schedule={"type": "at", "at": AT},
@@ -234,9 +234,9 @@ def test_made_up_keys_are_refused_before_they_cost_a_read(
 
     monkeypatch.setattr(api.runtime.authenticate, "_lookup", counted)
     answers = [_from(api, "203.0.113.9", f"tk_made-up-{n}").status for n in range(30)]
-    assert answers[: api_app.KEY_LOOKUPS_PER_S] == [401] * api_app.KEY_LOOKUPS_PER_S
-    assert set(answers[api_app.KEY_LOOKUPS_PER_S :]) == {429}
-    assert len(lookups) == api_app.KEY_LOOKUPS_PER_S
+    assert answers[: preflight.KEY_LOOKUPS_PER_S] == [401] * preflight.KEY_LOOKUPS_PER_S
+    assert set(answers[preflight.KEY_LOOKUPS_PER_S :]) == {429}
+    assert len(lookups) == preflight.KEY_LOOKUPS_PER_S
     refused = _from(api, "203.0.113.9", "tk_made-up-again")
     assert refused.error_code == "rate_limited" and refused.headers["retry-after"] == "1"
     # Another address, and a key already known, are not held up by it.
@@ -255,7 +255,7 @@ def test_a_flood_of_made_up_keys_does_not_push_out_known_ones() -> None:
         lookups.append(key)
         return acme if key == "tk_good" else None
 
-    auth = tenants.CachedAuthenticator(lambda: now[0], lookup, size=5)
+    auth = tenants.CachedAuthenticator(lambda: now[0], lookup, size=5, revocations=lambda: 0)
     assert auth("tk_good") == acme
     for n in range(100):
         assert auth(f"tk_bad-{n}") is None

@@ -52,6 +52,23 @@ def test_the_document_is_valid_openapi_3_1(doc: dict[str, Any]) -> None:
     validate(doc, cls=OpenAPIV31SpecValidator)
 
 
+def test_operations_are_grouped_by_resource_and_static_files_are_not_operations(
+    doc: dict[str, Any],
+) -> None:
+    """The docs page groups operations by tag: one per resource, never powertools' "default";
+    the docs page and the console are files for people, not operations of the API."""
+    resources = {"timers", "fires", "schedules", "tenant", "service"}
+    assert [tag["name"] for tag in doc["tags"]] == ["timers", "fires", "schedules", "tenant",
+                                                   "service"]  # fmt: skip
+    tagged = {(method, path): operation["tags"] for method, path, operation in operations(doc)}
+    assert all(len(tags) == 1 and tags[0] in resources for tags in tagged.values()), tagged
+    assert tagged[("POST", "/v1/timers")] == ["timers"]
+    assert tagged[("GET", "/v1/fires")] == ["fires"]
+    assert tagged[("POST", "/v1/schedule-preview")] == ["schedules"]
+    assert tagged[("GET", "/v1/health")] == ["service"]
+    assert not [path for path in doc["paths"] if path.startswith(("/v1/docs", "/v1/console"))]
+
+
 def test_every_operation_declares_its_success_with_a_schema_and_no_422(
     doc: dict[str, Any],
 ) -> None:

@@ -217,7 +217,7 @@ def test_a_fire_is_posted_signed_with_the_contract_body_and_shown_delivered(
     assert request.headers["content-type"] == "application/json"
 
     (fire,) = d.history(timer_id)
-    assert (fire["status"], fire["attempts"], fire["last_status"]) == ("enqueued", 1, 200)
+    assert (fire["status"], fire["attempts"], fire["last_status"]) == ("delivered", 1, 200)
     assert fire["delivered_at"] is not None and fire["reason"] is None
     assert d.receive() == []  # deleted
 
@@ -287,20 +287,22 @@ def test_after_the_retry_budget_the_fire_fails_and_is_dead_lettered(delivery: De
 
 
 @pytest.mark.parametrize(
-    "url",
+    "address",
     [
-        "https://169.254.169.254/latest/meta-data/",
-        "https://10.0.0.1/hook",
-        "https://192.168.1.10/hook",
-        "https://[fd00:ec2::254]/latest",
-        "https://[64:ff9b::a9fe:a9fe]/latest/meta-data/",  # NAT64 of the metadata endpoint
+        "169.254.169.254",  # the metadata endpoint
+        "10.0.0.1",
+        "192.168.1.10",
+        "fd00:ec2::254",
+        "64:ff9b::a9fe:a9fe",  # NAT64 of the metadata endpoint
     ],
 )
-def test_private_and_metadata_addresses_are_refused_at_delivery(
-    delivery: Delivery, url: str
+def test_names_of_private_and_metadata_addresses_are_refused_at_delivery(
+    delivery: Delivery, monkeypatch: pytest.MonkeyPatch, address: str
 ) -> None:
+    """A literal is refused at create (test_api.py); a name is judged where it resolves."""
     d = delivery
-    timer_id = d.fire(url)
+    monkeypatch.setattr(http_target, "resolve", lambda host, port: [address])
+    timer_id = d.fire("https://inside.example.com/hook")
     assert d.handle(d.receive()) == []
     (fire,) = d.history(timer_id)
     assert (fire["status"], fire["reason"], fire["last_status"]) == (
@@ -630,9 +632,80 @@ def test_a_url_target_is_validated_at_create_and_patch_and_changes_nothing(
         body={"target": {"url": "https://example.org/n", "headers": {"X-A": "1"}}},
     )
     assert reply.status == 200
-    assert reply.body["target"] == {"url": "https://example.org/n", "headers": {"X-A": "1"}}
+    assert reply.body["target"] == {"url": "https://example.org/n", "headers": {"X-A": "********"}}
     back = api.call("PATCH", f"/v1/timers/{made['id']}", body={"target": None})
     assert back.body["target"] == {"queue_url": api.queues["acme"]}
+
+
+SECRET_TOKEN = "Bearer sk_live_do-not-show-me"
+
+
+def test_header_values_are_masked_in_every_answer_and_kept_for_delivery(
+    delivery: Delivery, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A webhook's header values (a token, typically) are given once: every answer shows the
+    names with the values masked, the endpoint still gets them, and a PATCH that omits them (or
+    gives a value as the mask) keeps them - on the same origin only."""
+    d, server, api = delivery, delivery.server, delivery.rig.api
+    first, second = server.on("/first", 200), server.on("/second", 200)
+    token = {"Authorization": SECRET_TOKEN}
+    made = api.create(schedule=after(1), name="hooked", target={"url": first, "headers": token})
+    shown = {"url": first, "headers": {"Authorization": "********"}}
+    assert made["target"] == shown
+    assert api.call("GET", f"/v1/timers/{made['id']}").body["target"] == shown
+    assert [t["target"] for t in api.call("GET", "/v1/timers").body["items"]] == [shown]
+    other = {"schedule": after(3600), "target": {"url": first, "headers": {"X-Key": "k1"}}}
+    batch = api.call("POST", "/v1/timers:batch", body={"timers": [other]})
+    assert batch.body["items"][0]["target"]["headers"] == {"X-Key": "********"}
+
+    # PATCH without headers: the stored value stays, and is what the endpoint gets.
+    moved = api.call("PATCH", f"/v1/timers/{made['id']}", body={"target": {"url": second}})
+    assert moved.status == 200, moved.body
+    assert moved.body["target"] == {"url": second, "headers": {"Authorization": "********"}}
+    # A header given as the mask keeps its value too; another header is added in clear.
+    masked = {"url": second, "headers": {"Authorization": "********", "X-Extra": "e"}}
+    again = api.call("PATCH", f"/v1/timers/{made['id']}", body={"target": masked})
+    assert again.body["target"]["headers"] == {"Authorization": "********", "X-Extra": "********"}
+    until_armed(d.rig, T0 + 1_000)
+    (report,) = d.rig.run(delivery_queue_url=d.queue)
+    assert report.enqueued == 1
+    assert d.handle(d.receive()) == []
+    (request,) = server.at("/second")
+    assert (request.headers["authorization"], request.headers["x-extra"]) == (SECRET_TOKEN, "e")
+
+    # Values never go to another origin unless given again; a mask with nothing behind it is
+    # refused; a new timer cannot be made of a mask.
+    elsewhere = {"url": "https://elsewhere.example.com/h"}
+    for target in (elsewhere, {**elsewhere, "headers": {"Authorization": "********"}}):
+        reply = api.call("PATCH", f"/v1/timers/{made['id']}", body={"target": target})
+        assert (reply.status, reply.error_fields) == (400, {"target.headers"}), reply.body
+    unknown = {"url": second, "headers": {"X-Never": "********"}}
+    reply = api.call("PATCH", f"/v1/timers/{made['id']}", body={"target": unknown})
+    assert (reply.status, reply.error_fields) == (400, {"target.headers.X-Never"})
+    reply = api.call("POST", "/v1/timers", body={"schedule": after(60), "target": unknown})
+    assert (reply.status, reply.error_fields) == (400, {"target.headers.X-Never"})
+    given = {**elsewhere, "headers": {"Authorization": "Bearer other"}}
+    assert api.call("PATCH", f"/v1/timers/{made['id']}", body={"target": given}).status == 200
+    assert SECRET_TOKEN not in json.dumps([vars(r) for r in caplog.records], default=repr)
+
+
+def test_a_delivery_error_quoting_a_header_value_logs_where_not_what(
+    delivery: Delivery, caplog: pytest.LogCaptureFixture
+) -> None:
+    d = delivery
+    timer_id = d.fire(d.server.on("/h", 200), headers={"Authorization": SECRET_TOKEN})
+
+    def post(url: str, body: bytes, headers: Mapping[str, str]) -> Attempt:
+        raise ValueError(f"cannot send {headers['Authorization']}")
+
+    d.deps.post = post
+    (message,) = d.receive()
+    assert d.handle([message]) == [message["MessageId"]]  # left on the queue, to come back
+    [logged] = [r for r in caplog.records if r.getMessage() == "delivery failed"]
+    assert logged.error == "ValueError" and any("in post" in f for f in logged.trace)
+    assert SECRET_TOKEN not in json.dumps([vars(r) for r in caplog.records], default=repr)
+    (fire,) = d.history(timer_id)
+    assert fire["status"] == "enqueued"
 
 
 def test_an_unsendable_target_is_a_400_on_its_field_at_create_and_patch_and_changes_nothing(
@@ -721,7 +794,7 @@ def test_a_trigger_killed_around_the_send_still_posts_each_fire_once(
         assert d.handle(messages) == []
     assert len(server.at("/once")) == 1
     (fire,) = d.history(made["id"])
-    assert (fire["status"], fire["attempts"], fire["last_status"]) == ("enqueued", 1, 200)
+    assert (fire["status"], fire["attempts"], fire["last_status"]) == ("delivered", 1, 200)
 
 
 # ---------------------------------------------------------------- failed fires, redelivered
@@ -768,9 +841,10 @@ def test_a_failed_fire_is_listed_and_once_its_endpoint_is_fixed_redelivered_with
     secret = d.rig.api.call("GET", "/v1/tenant").body["webhook_secret"]
     standardwebhooks.Webhook(secret).verify(second.body, second.headers)
     (fire,) = d.history(timer_id)
-    assert (fire["status"], fire["attempts"], fire["last_status"]) == ("enqueued", 2, 200)
+    assert (fire["status"], fire["attempts"], fire["last_status"]) == ("delivered", 2, 200)
     assert fire["delivered_at"] is not None
-    assert d.failed() == [reply.body]  # still listed, as redelivered
+    assert d.failed() == []  # a failure no more: left out of the list ...
+    assert d.failed(include_redelivered="true") == [reply.body]  # ... unless asked for
 
     # Delivered now: neither it nor "all of the timer's" redelivers anything.
     for path in (f"/v1/timers/{timer_id}/fires/{fire_id}/redeliver",
@@ -966,7 +1040,10 @@ def test_a_redelivery_killed_at_any_step_loses_nothing_and_a_retry_finishes_it(
     failures.delivery_queue = Dies()
     reply = d.redeliver(ids[0], before_send)
     assert reply.status == 500
-    (marked,) = [f for f in d.failed() if f["fire_id"] == before_send]
+    # Marked redelivered (the commit point), so listed only on request; still failed.
+    assert [f for f in d.failed() if f["fire_id"] == before_send] == []
+    listed = d.failed(include_redelivered="true")
+    (marked,) = [f for f in listed if f["fire_id"] == before_send]
     assert marked["redelivered_at"] is not None and d.receive() == []
     assert d.history(ids[0])[0]["status"] == "failed"
     failures.delivery_queue = sender

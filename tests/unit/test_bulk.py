@@ -72,13 +72,37 @@ def lines(*bodies: dict[str, Any]) -> list[Line]:
 def test_an_export_line_is_a_create_body_that_imports_anywhere() -> None:
     line = json.loads(export_line(timer(1, payload={"a": "β"}, status="paused"), QUEUE))
     assert line == {"id": "tmr_1", "name": "n1", "schedule": {"type": "every", "seconds": 60.0},
-                    "misfire": "fire_once", "payload": {"a": "β"}, "status": "paused"}  # fmt: skip
+                    "misfire": "fire_once", "payload": {"a": "β"}, "status": "paused",
+                    "fire_count": 0}  # fmt: skip
     one_shot = timer(2, schedule={"type": "after", "seconds": 30.0},
                      target={"url": "https://hooks.example/x", "headers": {}})  # fmt: skip
     line = json.loads(export_line(one_shot, QUEUE))
     assert line["schedule"] == {"type": "at", "at": "2099-01-01T00:00:00.000Z"}  # not relative
     assert line["target"] == {"url": "https://hooks.example/x", "headers": {}}
-    assert "status" not in line
+    assert (line["status"], line["fire_count"]) == ("active", 0)
+
+
+def test_an_import_never_fires_again_what_fired() -> None:
+    """Completed timers are skipped; a recurring one keeps only the fires it has left."""
+    report = ImportReport()
+    done = timer(1, status="completed", fire_count=1, next_fire_at=None,
+                 schedule={"type": "after", "seconds": 1.0})  # fmt: skip
+    capped = timer(2, status="completed", fire_count=3, max_fires=3, next_fire_at=None)
+    halfway = timer(3, fire_count=2, max_fires=5)
+    paused = timer(4, status="paused", fire_count=4, max_fires=5)
+    endless = timer(5, fire_count=7)
+    text = [export_line(t, QUEUE) for t in (done, capped, halfway, paused, endless)]
+    text.append('{"schedule": {"type": "at", "at": "2099-01-01T00:00:00Z"}, "fire_count": 1}')
+    parsed = list(parse_lines(text, report))
+    assert report.skipped == [(1, "tmr_1"), (2, "tmr_2"), (6, None)]  # a one-shot that fired
+    assert [(p.was, p.body.get("max_fires"), p.paused) for p in parsed] == [
+        ("tmr_3", 3, False), ("tmr_4", 1, True), ("tmr_5", None, False),
+    ]  # fmt: skip
+    assert not any("fire_count" in p.body or "status" in p.body for p in parsed)
+    assert len(report.skipped) + len(parsed) == 6 and report.failed == []
+    bad = list(parse_lines(['{"schedule": {"type": "every", "seconds": 5}, "fire_count": -1}'],
+                           report))  # fmt: skip
+    assert bad == [] and report.failed == [(1, "fire_count: -1 is not a count of fires")]
 
 
 def test_lines_that_are_not_json_objects_are_reported_with_their_number() -> None:

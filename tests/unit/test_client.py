@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from functions.api import app as api_app
+from functions.api.app import openapi
 from timers_client import (
     OPERATIONS,
     ApiError,
@@ -44,7 +44,7 @@ DOCS_PAGE = {  # for people: the docs page and the console, with their assets
 
 @pytest.fixture(scope="module")
 def doc() -> dict[str, Any]:
-    document: dict[str, Any] = json.loads(api_app.openapi_document())
+    document: dict[str, Any] = json.loads(openapi.openapi_document())
     return document
 
 

@@ -238,7 +238,10 @@ def test_every_function_that_emits_metrics_is_driven() -> None:
     emitting = {
         logical_id
         for logical_id, props in template.resources("AWS::Serverless::Function").items()
-        if re.search(r"add_metric|add_counts", (ROOT / props["CodeUri"] / "app.py").read_text())
+        if any(
+            re.search(r"add_metric|add_counts", source.read_text())
+            for source in (ROOT / props["CodeUri"]).rglob("*.py")
+        )
     }
     assert emitting == set(DRIVERS)
 

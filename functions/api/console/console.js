@@ -96,7 +96,10 @@ function el(tag, props = {}, ...children) {
 
 function showError(box, error) {
   box.replaceChildren(el("p", { className: "message", text: error.message }));
-  const details = (error.details || []).filter((d) => d && (d.field || d.message));
+  // A 400's message already names its fields: list only what it leaves out.
+  const details = (error.details || []).filter(
+    (d) => d && (d.field || d.message) && !error.message.includes(`${d.field}: ${d.message}`),
+  );
   if (details.length) {
     box.append(el("ul", {}, ...details.map((d) => el("li", { text: `${d.field}: ${d.message}` }))));
   }
@@ -136,10 +139,45 @@ function relative(iso) {
   return relativeFormat.format(Math.round(seconds), "second");
 }
 
-function timeCell(iso) {
+function timeCell(iso, zone) {
   if (!iso) return el("td", { text: "—" });
   const local = new Date(iso).toLocaleString();
-  return el("td", { title: `${local} (${relative(iso)})` }, el("time", { datetime: iso, text: iso }));
+  const shown = el("time", { datetime: iso, text: iso });
+  const inZone = zone ? el("span", { className: "zone", text: ` (${wallClock(iso, zone)})` }) : "";
+  return el("td", { title: `${local} (${relative(iso)})` }, shown, inZone);
+}
+
+// A cron is written in its time zone: its times are shown there too, beside UTC.
+function zoneOf(schedule) {
+  const zone = schedule && schedule.type === "cron" ? schedule.timezone : null;
+  return zone && zone !== "UTC" ? zone : null;
+}
+
+function wallClock(iso, zone) {
+  try {
+    const parts = {};
+    const format = new Intl.DateTimeFormat("en-US", {
+      timeZone: zone, year: "numeric", month: "2-digit", day: "2-digit",
+      hour: "2-digit", minute: "2-digit", hourCycle: "h23",
+    });
+    for (const part of format.formatToParts(new Date(iso))) parts[part.type] = part.value;
+    return `${parts.year}-${parts.month}-${parts.day} ${parts.hour}:${parts.minute} ${zone}`;
+  } catch (exc) {
+    return zone; // a zone this browser does not know
+  }
+}
+
+// No next fire while paused: resuming decides it (the timer's misfire policy).
+function nextFireCell(timer) {
+  if (timer.status === "paused") return el("td", { className: "paused-next", text: "— (paused)" });
+  return timeCell(timer.next_fire_at, zoneOf(timer.schedule));
+}
+
+function nextFireText(timer) {
+  if (timer.status === "paused") return "— (paused)";
+  if (!timer.next_fire_at) return "—";
+  const zone = zoneOf(timer.schedule);
+  return zone ? `${timer.next_fire_at} (${wallClock(timer.next_fire_at, zone)})` : timer.next_fire_at;
 }
 
 function describeSchedule(schedule) {
@@ -267,7 +305,7 @@ function renderTimers() {
         el("td", { text: t.name || "" }),
         el("td", { text: describeSchedule(t.schedule) }),
         el("td", {}, el("span", { className: `status ${t.status}`, text: t.status })),
-        timeCell(t.next_fire_at),
+        nextFireCell(t),
       ),
     ),
   );
@@ -348,11 +386,13 @@ async function preview() {
     const answer = await api("POST", "schedule-preview", body);
     if (seq !== previewSeq) return; // a newer preview is on its way
     clearError($("preview-error"));
+    const zone = zoneOf(body.schedule);
     const times = answer.fire_times.map((iso) =>
       el(
         "li",
         { title: new Date(iso).toLocaleString() },
         el("time", { datetime: iso, text: iso }),
+        zone ? el("span", { className: "zone", text: ` ${wallClock(iso, zone)}` }) : "",
         ` (${relative(iso)})`,
       ),
     );
@@ -442,7 +482,7 @@ function renderTimer() {
     ["Name", t.name || "—"],
     ["Status", t.status],
     ["Schedule", describeSchedule(t.schedule)],
-    ["Next fire", t.next_fire_at || "—"],
+    ["Next fire", nextFireText(t)],
     ["Fires so far", String(t.fire_count)],
     ["Max fires", t.max_fires === null ? "—" : String(t.max_fires)],
     ["Start at", t.start_at || "—"],
@@ -497,6 +537,7 @@ function renderFires() {
         el("td", {}, el("code", { text: f.fire_id })),
         timeCell(f.scheduled_at),
         timeCell(f.enqueued_at),
+        timeCell(f.delivered_at), // webhooks: when a POST got a 2xx
         el("td", { className: "lag", text: lag === null ? "—" : String(lag) }),
         el("td", {}, el("span", { className: `status ${f.status}`, text: f.status })),
         el("td", { text: reason }),
@@ -601,7 +642,7 @@ async function onConfirmClosed() {
 // The routes may not exist on an older deployment: a 404 hides the panel and the buttons.
 
 const failed = { available: null, items: [], cursor: null };
-const FAILED_COLUMNS = ["Fire", "Due", "Failed", "Reason", "Last status", "Attempts", "Redelivered", ""];
+const FAILED_COLUMNS = ["Fire", "Due", "Failed", "Reason", "Last status", "Attempts", ""];
 
 function failedQuery(cursor) {
   if (!$("failed-since").value) {
@@ -676,7 +717,6 @@ function renderFailed() {
               el("td", { text: f.reason || "" }),
               el("td", { text: orDash(f.last_status) }),
               el("td", { text: orDash(f.attempts) }),
-              timeCell(f.redelivered_at),
               el("td", {}, smallButton("Redeliver", () => redeliver(f.timer_id, f.fire_id))),
             ),
           ),
@@ -711,7 +751,7 @@ async function redeliverAll(timerId) {
 
 function afterRedelivery() {
   if (!$("timer-view").hidden) refreshTimer();
-  else loadFailed(true);
+  loadFailed(true); // a redelivered fire is a failure no more: the API leaves it out of the list
 }
 
 // ------------------------------------------------------------------ wiring

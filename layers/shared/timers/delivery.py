@@ -42,6 +42,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from timers.adapters.target_slots import Held
+from timers.core.errors import trace_frames
 from timers.core.failures import FailedFire, redelivered_at
 from timers.core.timer import fire_due_ms, fire_timer_id
 from timers.core.webhooks import (
@@ -138,6 +139,12 @@ class BatchReport:
 
     def count(self, verdict_: str) -> int:
         return sum(1 for o in self.outcomes.values() if o.verdict == verdict_)
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    """What a log line says of an error: its type and where, never its message (which can
+    quote the message's target and its header values, a token typically)."""
+    return {"error": type(exc).__name__, "trace": trace_frames(exc)}
 
 
 def parse_claim(text: str) -> EntryRef | None:
@@ -330,8 +337,8 @@ def deliver_batch(messages: Sequence[Message], deps: DeliveryDeps) -> BatchRepor
     def guarded(message: Message, step: Callable[[], Outcome | Ready]) -> Outcome | Ready:
         try:
             return step()
-        except Exception:  # left on the queue: it comes back after its visibility timeout
-            log.exception("delivery failed", extra={"message_id": message.message_id})
+        except Exception as exc:  # left on the queue: it comes back after its visibility timeout
+            log.error("delivery failed", extra={"message_id": message.message_id, **_error(exc)})
             return Outcome("error")
 
     with ThreadPoolExecutor(min(BATCH_WORKERS, len(messages))) as pool:
@@ -364,8 +371,8 @@ def _assign(group: list[Ready], deps: DeliveryDeps) -> list[tuple[Ready, Callabl
     tenant, origin = group[0].tenant, group[0].target.origin
     try:
         held = deps.slots.acquire(tenant, origin, deps.clock(), len(group))
-    except Exception:  # left on the queue, as any error
-        log.exception("slots unavailable", extra={"tenant": tenant})
+    except Exception as exc:  # left on the queue, as any error
+        log.error("slots unavailable", extra={"tenant": tenant, **_error(exc)})
         return [(ready, partial(Outcome, "error")) for ready in group]
     served = min(len(group), held.count * ROUNDS) if held is not None else 0
     runs: list[tuple[Ready, Callable[[], Outcome]]] = []
@@ -406,8 +413,8 @@ def settle_batch(messages: Sequence[Message], deps: DeliveryDeps) -> BatchReport
     for message in messages:
         try:
             report.outcomes[message.message_id] = settle_redriven(message, deps)
-        except Exception:  # left on the redrive queue: tried again after its visibility timeout
-            log.exception("settling failed", extra={"message_id": message.message_id})
+        except Exception as exc:  # left on the redrive queue: tried again after its timeout
+            log.error("settling failed", extra={"message_id": message.message_id, **_error(exc)})
             report.outcomes[message.message_id] = Outcome("error")
     return report
 

@@ -55,16 +55,22 @@ class FailedFireService:
         until_ms: int | None,
         limit: int,
         cursor: str | None,
+        include_redelivered: bool = False,
     ) -> dict[str, Any]:
-        """A page of the tenant's failed fires that failed in [since, until], newest first."""
+        """A page of the tenant's failed fires that failed in [since, until], newest first;
+        those redelivered only with ``include_redelivered`` (they are failures no more, unless
+        they failed again: a new failure, listed)."""
         if since_ms is not None and until_ms is not None and since_ms > until_ms:
             raise InvalidInput(
                 "since is after until", [FieldError("since", "must not be after until")]
             )
         low, high = key_range(since_ms, until_ms)
-        scope = f"failed:{low}:{high}"  # a cursor goes on in the window it came from only
+        # A cursor goes on in the window, and the filter, it came from only.
+        scope = f"failed:{low}:{high}" + (":all" if include_redelivered else "")
         before = decode_cursor(cursor, tenant, scope)
-        records, last = self.failures.page(tenant.name, low, high, limit, before)
+        records, last = self.failures.page(
+            tenant.name, low, high, limit, before, include_redelivered
+        )
         names = self._names(tenant, {r.timer_id for r in records})
         return {
             "items": [failed_fire_view(r, names.get(r.timer_id)) for r in records],

@@ -15,6 +15,7 @@ from timers.core.errors import FieldError, InvalidInput
 from timers.core.schedule import Plan
 from timers.core.timer import serialize_payload
 from timers.core.times import parse_ms
+from timers.core.webhooks import STORED_HEADERS, masked_headers
 from timers.service import TimerSpec
 
 
@@ -81,7 +82,10 @@ class TargetIn(_Strict):
     headers: dict[str, str] | None = Field(
         None,
         description="HTTP target: up to 10 extra request headers (not webhook-*, host, "
-        "content-length, transfer-encoding or connection; content-type is always application/json)",
+        "content-length, transfer-encoding or connection; content-type is always "
+        "application/json). Answers show their names with the values masked (********). "
+        "A PATCH without headers keeps the timer's, and a header given as ******** keeps its "
+        "value - both only while the URL's origin stays the same",
     )
 
 
@@ -150,7 +154,7 @@ Timestamp = Annotated[
     ),
 ]
 TimerStatus = Literal["active", "paused", "completed"]
-FireStatus = Literal["enqueued", "pending", "failed"]
+FireStatus = Literal["enqueued", "delivered", "pending", "failed"]
 
 
 class AtOut(_Out):
@@ -183,7 +187,7 @@ class QueueTargetOut(_Out):
 
 class HttpTargetOut(_Out):
     url: str
-    headers: dict[str, str]
+    headers: dict[str, str] = Field(description="Header names; every value shown as ********")
 
 
 TargetOut = QueueTargetOut | HttpTargetOut
@@ -224,8 +228,10 @@ class FireOut(_Out):
     enqueued_at: Timestamp | None
     lag_ms: int | None
     status: FireStatus = Field(
-        description="HTTP targets: enqueued = on the delivery queue or delivered "
-        "(delivered_at), failed = the POSTs gave up (reason, with the last status)"
+        description="enqueued = on the target queue (a queue target: that is its delivery) or, "
+        "for an HTTP target, on the delivery queue; delivered = an HTTP target's POST got a "
+        "2xx (delivered_at), after a redelivery too; failed = the POSTs gave up (reason, with "
+        "the last status)"
     )
     reason: str | None = Field(None, description="Why a fire failed; null otherwise")
     delivered_at: Timestamp | None = Field(
@@ -256,7 +262,8 @@ class FailedFireOut(_Out):
     last_status: int | None = Field(description="The last answer's HTTP status; null: none")
     attempts: int = Field(description="POSTs made when it failed")
     redelivered_at: Timestamp | None = Field(
-        description="When it was redelivered; null: not yet. A fire that fails again after a "
+        description="When it was redelivered; null: not yet. A redelivered failure is left out "
+        "of the list unless include_redelivered is true; a fire that fails again after a "
         "redelivery is listed again, as a new failure"
     )
 
@@ -321,6 +328,8 @@ def _ms(value: str | None) -> int | None:
 
 
 def to_spec(body: TimerCreate, payload_json: str) -> TimerSpec:
+    if body.target and (masked := masked_headers(body.target.headers)):
+        raise InvalidInput("invalid HTTP target", masked)
     return TimerSpec(
         schedule=_schedule(body.schedule),
         payload_json=payload_json,
@@ -365,6 +374,8 @@ def to_changes(body: TimerPatch, payload_json: str | None) -> dict[str, Any]:
             changes[_PATCH_FIELDS[name]] = _ms(value)
         elif name == "target":
             changes["target"] = value.model_dump() if value else None
+            if value is not None and value.url is not None:
+                changes[STORED_HEADERS] = "headers" not in value.model_fields_set
         elif name == "payload":
             changes["payload_json"] = payload_json
         else:

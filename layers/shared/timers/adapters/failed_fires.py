@@ -98,10 +98,18 @@ class FailedFireStore(LowLevelClient):
         return None if item is None else self.from_item(item)
 
     def page(
-        self, tenant: str, low: str, high: str, limit: int, before: str | None
+        self,
+        tenant: str,
+        low: str,
+        high: str,
+        limit: int,
+        before: str | None,
+        include_redelivered: bool = False,
     ) -> tuple[list[FailedFire], str | None]:
         """Up to ``limit`` of a tenant's failures with sort keys in [low, high], newest first,
-        from before ``before`` (a sort key); and the sort key to continue before (None: done)."""
+        from before ``before`` (a sort key); and the sort key to continue before (None: done).
+        Redelivered failures are left out unless ``include_redelivered``: a page can then be
+        short, even empty, with a key to go on from (a filtered Query reads ``limit`` items)."""
         request: dict[str, Any] = {
             "TableName": self.table,
             "KeyConditionExpression": "tenant = :t AND #at BETWEEN :low AND :high",
@@ -116,6 +124,9 @@ class FailedFireStore(LowLevelClient):
         }
         if before is not None:
             request["ExclusiveStartKey"] = {"tenant": {"S": tenant}, "at": {"S": before}}
+        if not include_redelivered:
+            request["FilterExpression"] = "attribute_type(redelivered_ms, :null)"
+            request["ExpressionAttributeValues"][":null"] = {"S": "NULL"}
         got = self.client.query(**request)
         last = got.get("LastEvaluatedKey")
         return [self.from_item(i) for i in got.get("Items", [])], last["at"]["S"] if last else None

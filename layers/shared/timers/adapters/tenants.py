@@ -5,6 +5,9 @@
   rotation the previous one signs too until its ``until``).
 - ``KEY#<sha256 of the key>``: one API key. Keys are stored only as hashes and never logged;
   the ``key_id`` (first characters of the key) lets an operator tell keys apart.
+- ``REVOCATIONS``: how many keys were ever revoked. An api sandbox that remembers keys reads it
+  (at most once a second, and only when it is about to trust a remembered key) and forgets
+  every key it remembers when it moved: a revoked key is refused within a second everywhere.
 """
 
 from __future__ import annotations
@@ -43,7 +46,11 @@ KEY_PREFIX = "tk_"
 ROTATION_WINDOW_MS = 24 * 3_600_000
 """How long a rotated-out webhook secret keeps signing: consumers switch within it."""
 AUTH_CACHE_MS = 30_000
-"""An api instance remembers a key's tenant this long: a revoked key stops working within it."""
+"""An api sandbox remembers a key's tenant this long (a tenant's changes reach it within it)."""
+REVOCATION_CHECK_MS = 1_000
+"""How often a sandbox that trusts remembered keys reads the revocation count: a revoked key
+is refused within this, in every sandbox (one consistent read, 1 RRU, per busy sandbox-second)."""
+REVOCATIONS_PK = "REVOCATIONS"
 AUTH_CACHE_SIZE = 10_000
 """Keys remembered per api sandbox, of each kind (naming a tenant, naming none)."""
 
@@ -73,9 +80,18 @@ class ApiKeyItem(Model):
     created_ms = NumberAttribute()
 
 
+class RevocationsItem(Model):
+    class Meta:
+        table_name = "tenants"
+
+    pk = UnicodeAttribute(hash_key=True)
+    revoked = NumberAttribute(default=0)
+
+
 def bind_tables(settings: Settings) -> None:
     TenantItem.Meta.table_name = settings.tenants_table
     ApiKeyItem.Meta.table_name = settings.tenants_table
+    RevocationsItem.Meta.table_name = settings.tenants_table
 
 
 @dataclass(frozen=True)
@@ -153,9 +169,20 @@ def authenticate(api_key: str | None) -> Tenant | None:
     return get_tenant(key.tenant)
 
 
+def revocation_count() -> int:
+    """How many keys were ever revoked (it only grows)."""
+    try:
+        return int(RevocationsItem.get(REVOCATIONS_PK, consistent_read=True).revoked)
+    except RevocationsItem.DoesNotExist:
+        return 0
+
+
 class CachedAuthenticator:
     """``authenticate`` with a per-instance memory of recent answers (hashed keys only), so a
     busy api reads the tenants table about once per key per AUTH_CACHE_MS, not per request.
+    Before it trusts a remembered key it reads the revocation count, at most once per
+    REVOCATION_CHECK_MS; when the count moved it forgets every key it remembered, so a revoked
+    key is refused within that, whichever process revoked it.
 
     Keys that name a tenant and keys that do not are remembered apart, each bounded, oldest
     out first: a flood of made-up keys pushes out only made-up keys. A key not remembered costs
@@ -169,11 +196,15 @@ class CachedAuthenticator:
         lookup: Callable[[str | None], Tenant | None] | None = None,
         ttl_ms: int = AUTH_CACHE_MS,
         size: int = AUTH_CACHE_SIZE,
+        revocations: Callable[[], int] = revocation_count,
     ) -> None:
         self._clock = clock
         self._lookup = lookup or authenticate
         self._ttl_ms = ttl_ms
         self._size = size
+        self._revocations = revocations
+        self._revoked: int | None = None  # the count last read; None: never read
+        self._revoked_read_ms: int | None = None
         self._known: OrderedDict[str, tuple[int, Tenant]] = OrderedDict()
         self._unknown: OrderedDict[str, int] = OrderedDict()
 
@@ -183,12 +214,17 @@ class CachedAuthenticator:
         if not api_key:
             return None
         digest, now = _hash(api_key), self._clock()
+        if digest in self._known:
+            self._forget_if_revoked(now)
         if (known := self._known.get(digest)) and now - known[0] < self._ttl_ms:
             return known[1]
         if (unknown := self._unknown.get(digest)) is not None and now - unknown < self._ttl_ms:
             return None
         if not may_look_up():
             raise RateLimited("too many new API keys from this address; retry shortly")
+        if self._revoked is None:
+            # Read before the first lookup: a revocation after it moves the count this saw.
+            self._revoked, self._revoked_read_ms = self._revocations(), now
         tenant = self._lookup(api_key)
         if tenant is None:
             self._remember(self._unknown, digest, now)
@@ -197,6 +233,16 @@ class CachedAuthenticator:
             self._remember(self._known, digest, (now, tenant))
             self._unknown.pop(digest, None)
         return tenant
+
+    def _forget_if_revoked(self, now: int) -> None:
+        """Forget every remembered key if a key was revoked since the count was last read."""
+        last = self._revoked_read_ms
+        if last is not None and now - last < REVOCATION_CHECK_MS:
+            return
+        count = self._revocations()
+        if count != self._revoked:
+            self._known.clear()
+        self._revoked, self._revoked_read_ms = count, now
 
     def _remember(self, memory: OrderedDict[str, Any], digest: str, value: Any) -> None:
         memory[digest] = value
@@ -279,11 +325,14 @@ def add_key(name: str, now_ms: int, api_key: str | None = None) -> str:
 
 
 def revoke_key(api_key: str) -> bool:
-    """Delete a key; returns False if it was unknown."""
+    """Delete a key and count the revocation (what tells every api sandbox to forget the keys
+    it remembers); returns False if it was unknown. Counted after the delete: a sandbox that
+    sees the new count and looks the key up again finds it gone."""
     try:
-        ApiKeyItem.get(f"KEY#{_hash(api_key)}").delete()
+        ApiKeyItem.get(f"KEY#{_hash(api_key)}", consistent_read=True).delete()
     except ApiKeyItem.DoesNotExist:
         return False
+    RevocationsItem(REVOCATIONS_PK).update(actions=[RevocationsItem.revoked.add(1)])
     return True
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -57,3 +59,17 @@ class ConcurrentUpdate(DomainError):
     """Another writer changed the item between our read and our conditional write."""
 
     status, code = 409, "concurrent_update"
+
+
+def trace_frames(exc: BaseException) -> list[str]:
+    """``file:line in function`` of each frame of ``exc`` (and the exceptions it chains), with
+    no message and no local value: what a log line may say of an error, as a message can quote
+    the request (a payload, a webhook's header value)."""
+    lines: list[str] = []
+    link: BaseException | None = exc
+    while link is not None and len(lines) < 200:
+        lines.append(type(link).__name__)
+        for frame in traceback.extract_tb(link.__traceback__):
+            lines.append(f"{Path(frame.filename).name}:{frame.lineno} in {frame.name}")
+        link = link.__cause__ or link.__context__
+    return lines

@@ -153,7 +153,7 @@ def schedule_from_dict(data: Mapping[str, Any]) -> Schedule:
         if key != "type" and key not in _FIELDS[kind]
     ]
     errors += [
-        FieldError(f"schedule.{key}", "required")
+        FieldError(f"schedule.{key}", "is required")
         for key in _FIELDS[kind]
         if key not in data and key not in _OPTIONAL
     ]

@@ -25,7 +25,7 @@ from timers.core.schedule import (
     next_fire,
     validate_plan,
 )
-from timers.core.webhooks import Webhook
+from timers.core.webhooks import STORED_HEADERS, Webhook, keeping_stored_values
 
 Status = Literal["active", "paused", "completed"]
 STATUSES: tuple[Status, ...] = ("active", "paused", "completed")
@@ -176,7 +176,15 @@ def create(
 
 
 def patch(timer: Timer, changes: dict[str, Any], now_ms: int) -> Timer:
-    """Apply a PATCH. ``changes`` uses Timer field names; timing changes recompute the cursor."""
+    """Apply a PATCH. ``changes`` uses Timer field names (and STORED_HEADERS: which header
+    values of the timer's webhook the new one keeps); timing changes recompute the cursor."""
+    changes = dict(changes)
+    headers_omitted = changes.pop(STORED_HEADERS, None)
+    if headers_omitted is not None and changes.get("webhook") is not None:
+        webhook, errors = keeping_stored_values(changes["webhook"], timer.webhook, headers_omitted)
+        if webhook is None:
+            raise InvalidInput("invalid HTTP target", errors)
+        changes["webhook"] = webhook
     unknown = set(changes) - {f for f in Timer.__dataclass_fields__ if f not in _READ_ONLY}
     if unknown:
         raise ValueError(f"not patchable: {sorted(unknown)}")

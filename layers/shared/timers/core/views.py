@@ -27,7 +27,7 @@ def timer_view(timer: Timer) -> dict[str, Any]:
         "start_at": _time(timer.start_ms),
         "end_at": _time(timer.end_ms),
         "max_fires": timer.max_fires,
-        "target": timer.webhook.to_dict()
+        "target": timer.webhook.shown()  # header values masked: they are the user's secrets
         if timer.webhook
         else {"queue_url": timer.target_queue_url},
         "payload": json.loads(timer.payload_json),
@@ -45,14 +45,17 @@ def fire_view(
     timer_id: str, pos: int, entry: Entry, delivery: DeliveryState | None = None
 ) -> dict[str, Any]:
     """One fire from its claim entry at chain position ``pos`` and, for an HTTP target, its
-    delivery record: ``enqueued`` means on the delivery queue (or delivered: ``delivered_at``),
-    ``failed`` that the POSTs gave up (``reason`` says why, with the last status)."""
+    delivery record: ``enqueued`` means on the delivery queue, ``delivered`` that a POST got a
+    2xx (``delivered_at``; after a redelivery too), ``failed`` that the POSTs gave up
+    (``reason`` says why, with the last status)."""
     scheduled = entry.fired if entry.fired is not None else pos
     enqueued = entry.enqueued if entry.state == "d" else None
     status, reason = STATUS_OF[entry.state], entry.reason
     http = entry.hook or delivery is not None
     if delivery is not None and delivery.failed is not None:
         status, reason = "failed", delivery.failed
+    elif delivery is not None and delivery.delivered_ms is not None:
+        status = "delivered"
     return {
         "fire_id": fire_id(timer_id, scheduled),
         "scheduled_at": format_ms(scheduled),

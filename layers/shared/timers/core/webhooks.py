@@ -54,6 +54,15 @@ _VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")  # no CR, LF or other controls; 
 _NUMERIC_LABEL = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)", re.IGNORECASE)
 
 
+MASKED = "********"
+"""What the API shows of a header value. The names tell targets apart; the values (a token,
+typically) are the user's secrets: given once, used for delivery, never shown again."""
+STORED_HEADERS = "stored_headers"
+"""A PATCH's change of the target that keeps header values the timer has: True when the
+request gave no headers at all (every one is kept), False when it gave them (only those whose
+value is MASKED are kept). See :func:`keeping_stored_values`."""
+
+
 @dataclass(frozen=True)
 class Webhook:
     """An HTTP target: POST to ``url`` with the user's extra ``headers``."""
@@ -62,7 +71,12 @@ class Webhook:
     headers: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, object]:
+        """With the header values: for delivery only (the delivery message, the card)."""
         return {"url": self.url, "headers": dict(self.headers)}
+
+    def shown(self) -> dict[str, object]:
+        """As the API shows it: the header names, their values masked."""
+        return {"url": self.url, "headers": {name: MASKED for name, _ in self.headers}}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)
@@ -78,6 +92,42 @@ class Webhook:
         parts = urlsplit(self.url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
         return f"{parts.scheme}://{(parts.hostname or '').lower()}:{port}"
+
+
+def masked_headers(headers: Mapping[str, str] | None) -> list[FieldError]:
+    """A new target cannot keep values it never had: a MASKED value (what GET shows) is
+    refused where no stored value stands behind it."""
+    return [
+        FieldError(f"target.headers.{name}", "is masked (as the API shows it); give its value")
+        for name, value in (headers or {}).items()
+        if value == MASKED
+    ]
+
+
+def keeping_stored_values(
+    given: Webhook, stored: Webhook | None, headers_omitted: bool
+) -> tuple[Webhook | None, list[FieldError]]:
+    """A PATCH's webhook with the stored header values it keeps: all of them when it gave no
+    headers, else those it gave as MASKED. Kept only for the same origin: a header value (a
+    token) is never carried to another host unless the request gives it again."""
+    kept = dict(stored.headers) if stored is not None else {}
+    if headers_omitted and not kept:
+        return given, []
+    keeps_any = headers_omitted or any(value == MASKED for _, value in given.headers)
+    if kept and keeps_any and stored is not None and stored.origin != given.origin:
+        reason = "give the header values again when the URL moves to another origin"
+        return None, [FieldError("target.headers", reason)]
+    if headers_omitted:
+        return Webhook(given.url, tuple(kept.items())), []
+    by_name = {name.lower(): value for name, value in kept.items()}
+    pairs: list[tuple[str, str]] = []
+    for name, value in given.headers:
+        if value == MASKED:
+            if name.lower() not in by_name:
+                return None, masked_headers({name: value})
+            value = by_name[name.lower()]
+        pairs.append((name, value))
+    return Webhook(given.url, tuple(pairs)), []
 
 
 def is_loopback_host(host: str) -> bool:
@@ -96,8 +146,9 @@ def validate_target(
     HTTPS only, no credentials, at most URL_MAX_CHARS; ``http://`` is accepted only for a
     loopback host when the deployment allows loopback targets (the local stack, for tests).
     Whatever http.client would refuse to send (a non-ASCII path, a control character, a line
-    break in a header) is refused here, so it never becomes a fire that cannot be sent.
-    Addresses are checked at delivery, where the name is resolved.
+    break in a header) is refused here, so it never becomes a fire that cannot be sent. An IP
+    literal is judged here as at delivery (address_allowed); a name is judged at delivery,
+    where it is resolved.
     """
     errors: list[FieldError] = []
     if not isinstance(url, str) or not url:
@@ -122,6 +173,14 @@ def validate_target(
         errors.append(FieldError("target.url", "path and query must be ASCII (percent-encode)"))
     if host and not _host_sendable(host):
         errors.append(FieldError("target.url", "host is not a valid host name or IP address"))
+    elif _is_ip_literal(host) and not address_allowed(host, allow_loopback):
+        errors.append(
+            FieldError(
+                "target.url",
+                "is not a public address (private, loopback, "
+                "link-local, metadata or another special-purpose range)",
+            )
+        )
     pairs: list[tuple[str, str]] = []
     if headers is not None:
         if not isinstance(headers, Mapping):
@@ -151,6 +210,14 @@ def validate_target(
     if errors:
         return None, errors
     return Webhook(url, tuple(pairs)), []
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _host_sendable(host: str) -> bool:
@@ -273,9 +340,18 @@ def address_allowed(address: str, allow_loopback: bool = False) -> bool:
     if isinstance(ip, ipaddress.IPv6Address):
         inner = embedded_ipv4(ip)
         if inner is None:
-            return ip in GLOBAL_UNICAST_IPV6 and not any(ip in n for n in DENIED_IPV6)
+            listed = ip in GLOBAL_UNICAST_IPV6 and not any(ip in n for n in DENIED_IPV6)
+            return listed and _public_to_python(ip)
         ip = inner
-    return not any(ip in n for n in DENIED_IPV4)
+    return not any(ip in n for n in DENIED_IPV4) and _public_to_python(ip)
+
+
+def _public_to_python(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Python's ipaddress's view as well: a range its registry knows is refused even before
+    the lists above name it."""
+    special = (ip.is_private or ip.is_reserved or ip.is_multicast or ip.is_link_local
+               or ip.is_loopback or ip.is_unspecified)  # fmt: skip
+    return ip.is_global and not special
 
 
 # ---------------------------------------------------------------- outcomes and retries

@@ -203,8 +203,8 @@ class Fanout:
         asked again (its progress so far stands)."""
         seen, swap = peek.sentinel, self.deps.index.swap_field
         if (since := self._down.get(bucket)) is not None:
-            restoring = seen is not None and seen.startswith("r")
-            if restoring and int(seen[1:].partition(".")[0]) >= since:  # another fan-out did
+            epoch = seen[1:].partition(".")[0] if seen and seen.startswith("r") else ""
+            if epoch and int(epoch) >= since:  # another fan-out marked it since it went down
                 won = False
             else:
                 won = swap(bucket, keys.SENTINEL, seen, f"r{now}.{now}")

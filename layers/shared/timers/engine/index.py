@@ -195,8 +195,6 @@ class BucketIndex:
     def lease(self, bucket: int, until: int, lease_end: int, limit: int, scan: int = 0) -> Leased:
         """Lease up to ``limit`` members leasable by ``until`` (round-robin across tenants),
         each leasable again from ``lease_end`` unless settled first."""
-        if not 0 < limit <= CHUNK:
-            raise ValueError(f"a lease takes 1 to {CHUNK} cards (Lua unpacks them), not {limit}")
         args = [until, lease_end, limit, scan or 4 * max(1, limit)]
         members, cards, first = self._eval("lease", [(self._keys(bucket), args)])[0]
         return Leased(

@@ -6,6 +6,17 @@
 -- Returns {members, their cards, the earliest score left or -1}.
 local due, data = KEYS[1], KEYS[2]
 local limit = tonumber(ARGV[3])
+-- one command for many arguments, in pieces Lua's unpack takes
+local function bulk(cmd, key, args)
+  local out = {}
+  for i = 1, #args, 1000 do
+    local got = redis.call(cmd, key, unpack(args, i, math.min(i + 999, #args)))
+    if type(got) == 'table' then
+      for j = 1, #args - i + 1 do if j > 1000 then break end out[#out + 1] = got[j] end
+    end
+  end
+  return out
+end
 local candidates = redis.call('ZRANGEBYSCORE', due, '-inf', ARGV[1], 'LIMIT', 0, ARGV[4])
 local taken = candidates
 if #candidates > limit then
@@ -29,7 +40,7 @@ if #candidates > limit then
 end
 local members, cards, gone, scored = {}, {}, {}, {}
 if #taken > 0 then
-  local got = redis.call('HMGET', data, unpack(taken))
+  local got = bulk('HMGET', data, taken)
   for i, m in ipairs(taken) do
     if got[i] then
       members[#members + 1] = m
@@ -40,8 +51,8 @@ if #taken > 0 then
       gone[#gone + 1] = m
     end
   end
-  if #gone > 0 then redis.call('ZREM', due, unpack(gone)) end
-  if #scored > 0 then redis.call('ZADD', due, unpack(scored)) end
+  if #gone > 0 then bulk('ZREM', due, gone) end
+  if #scored > 0 then bulk('ZADD', due, scored) end
 end
 local first = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
 return {members, cards, first[2] or '-1'}

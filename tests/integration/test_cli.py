@@ -1,0 +1,209 @@
+"""The ``timers`` command as a user types it, on the real api handler (tests/integration/
+api_harness.py): the CLI's own code, the SDK and the API, with only the HTTP hop replaced by a
+transport that hands each request to the handler as API Gateway would. Against the running
+local stack, with the installed console script: tests/e2e/test_sdk_and_cli.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration.api_harness import Api, make_api, seed_failed_fire
+from tests.support.clock import T0, FakeClock
+from timers.core.times import format_ms
+from timers_client import Client, cli
+
+TIMERS = Path(sys.executable).parent / "timers"  # the console script
+
+
+class HandlerTransport(httpx.BaseTransport):
+    """httpx -> the api handler (a payload format 2.0 event) -> httpx."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        headers = {k: v for k, v in request.headers.items() if k.lower() != "content-type"}
+        reply = self.api.call(
+            request.method,
+            request.url.path,
+            tenant=None,
+            raw_body=request.content or None,
+            headers=headers,
+            query=request.url.query.decode(),
+            content_type=request.headers.get("content-type"),
+        )
+        content = b"" if reply.body is None else json.dumps(reply.body).encode()
+        return httpx.Response(reply.status, headers=reply.headers, content=content)
+
+
+@pytest.fixture
+def api(
+    aws: None, clock: FakeClock, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Api]:
+    made = make_api(monkeypatch, clock, redis_url)
+    transport = HandlerTransport(made)
+    monkeypatch.setattr(cli, "Client", lambda url, key: Client(url, key, transport=transport))
+    yield made
+
+
+def timers(
+    api: Api, capsys: pytest.CaptureFixture[str], *argv: str, stdin: str | None = None
+) -> tuple[int, str, str]:
+    """``timers ARGV`` as acme: exit code, stdout, stderr (a usage error exits too)."""
+    os.environ.pop("TIMERS_API", None)
+    if stdin is not None:
+        sys.stdin = io.StringIO(stdin)
+    try:
+        code = cli.main(["--api", "http://api.example.com/v1", "--api-key", api.keys["acme"],
+                         *argv])  # fmt: skip
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    finally:
+        sys.stdin = sys.__stdin__
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def as_json(run: tuple[int, str, str]) -> Any:
+    code, out, err = run
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_global_options_go_after_the_command_too(
+    api: Api, capsys: pytest.CaptureFixture[str]
+) -> None:
+    made = api.create(schedule={"type": "every", "seconds": 60}, name="n")
+    listed = as_json(timers(api, capsys, "ls", "--json"))  # as the README writes it
+    assert [t["id"] for t in listed["items"]] == [made["id"]]
+    assert as_json(timers(api, capsys, "get", made["id"], "--json"))["name"] == "n"
+    code, out, err = cli_with_options_after(api, capsys, made["id"])
+    assert (code, json.loads(out)["id"]) == (0, made["id"]), err
+
+
+def cli_with_options_after(
+    api: Api, capsys: pytest.CaptureFixture[str], timer_id: str
+) -> tuple[int, str, str]:
+    code = cli.main(["get", timer_id, "--api", "http://api.example.com/v1",
+                     "--api-key", api.keys["acme"], "--json"])  # fmt: skip
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_tables_print_fire_ids_whole_and_redeliver_takes_a_unique_start(
+    api: Api, clock: FakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    made = api.create(
+        schedule={"type": "every", "seconds": 60},
+        name="a long enough name to be cut in a table somewhere",
+        target={"url": "https://hooks.example.com/h"},
+    )
+    first, second = f"{made['id']}:{T0 + 60_000}", f"{made['id']}:{T0 + 120_000}"
+    seed_failed_fire(api, made["id"], first)
+    seed_failed_fire(api, made["id"], second)
+    clock.now = T0 + 180_000
+    code, out, _ = timers(api, capsys, "failed")
+    assert code == 0
+    assert {line.split()[1] for line in out.splitlines()[1:]} == {first, second}  # whole
+    code, out, _ = timers(api, capsys, "fires", made["id"])
+    shown = {line.split()[0] for line in out.splitlines()[1:]}
+    assert shown and shown <= {first, second}
+
+    code, _, err = timers(api, capsys, "redeliver", made["id"], f"{made['id']}:")
+    assert code == 2 and "is the start of 2 failed fires" in err
+    code, _, err = timers(api, capsys, "redeliver", made["id"], f"{made['id']}:9")
+    assert code == 2 and "no failed fire" in err
+    code, out, err = timers(api, capsys, "redeliver", made["id"], second[:-4])  # its own start
+    assert (code, out) == (0, f"redelivered {second}\n"), err
+
+
+def test_a_redelivered_fire_leaves_the_failed_list_unless_all(
+    api: Api, clock: FakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    made = api.create(schedule={"type": "every", "seconds": 60},
+                      target={"url": "https://hooks.example.com/h"})  # fmt: skip
+    fire_id = f"{made['id']}:{T0 + 60_000}"
+    seed_failed_fire(api, made["id"], fire_id)
+    assert timers(api, capsys, "redeliver", made["id"], fire_id)[0] == 0
+    code, out, _ = timers(api, capsys, "failed")
+    assert (code, out.splitlines()[1:]) == (0, [])
+    code, out, _ = timers(api, capsys, "failed", "--all")
+    header, row = out.splitlines()
+    assert header.split()[-2:] == ["REDELIVERED", "AT"] and row.split()[1] == fire_id
+
+
+def test_tz_without_cron_is_a_usage_error(api: Api, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["create", "--every", "5s", "--tz", "Europe/Berlin"],
+                 ["preview", "--in", "5s", "--tz", "Europe/Berlin"]):  # fmt: skip
+        code, _, err = timers(api, capsys, *argv)
+        assert code == 2 and "--tz is the time zone of a --cron schedule" in err
+    assert api.call("GET", "/v1/timers").body["items"] == []  # nothing created
+
+
+def test_cron_times_show_in_the_schedules_time_zone_too(
+    api: Api, capsys: pytest.CaptureFixture[str]
+) -> None:
+    made = as_json(timers(api, capsys, "--json", "create", "--cron", "0 7 * * 1-5", "--tz",
+                          "Europe/Berlin", "--name", "standup"))  # fmt: skip
+    assert made["next_fire_at"] == "2026-11-23T06:00:00.000Z"  # Monday, 07:00 CET
+    _, out, _ = timers(api, capsys, "ls")
+    assert "2026-11-23T06:00:00.000Z (Mon 07:00 CET)" in out
+    _, out, _ = timers(api, capsys, "get", made["id"])
+    assert "2026-11-23T06:00:00.000Z (2026-11-23 07:00 CET)" in out
+    _, out, _ = timers(api, capsys, "preview", "--cron", "0 7 * * *", "--tz",
+                          "America/New_York", "--count", "1")  # fmt: skip
+    assert out.strip() == "2026-11-21T12:00:00.000Z (2026-11-21 07:00 EST)"
+
+
+def test_a_paused_timer_shows_no_next_fire(api: Api, capsys: pytest.CaptureFixture[str]) -> None:
+    made = api.create(schedule={"type": "every", "seconds": 60})
+    _, out, _ = timers(api, capsys, "pause", made["id"])
+    assert "- (paused)" in out and format_ms(T0 + 60_000) not in out
+    _, out, _ = timers(api, capsys, "ls")
+    assert "- (paused)" in out and format_ms(T0 + 60_000) not in out
+
+
+def test_a_payload_comes_from_a_file_or_standard_input(
+    api: Api, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    file = tmp_path / "payload.json"
+    file.write_text('{"order": 42, "items": ["β"]}', encoding="utf-8")
+    from_file = as_json(timers(api, capsys, "--json", "create", "--in", "1h",
+                               "--payload", f"@{file}"))  # fmt: skip
+    assert from_file["payload"] == {"order": 42, "items": ["β"]}
+    from_stdin = as_json(timers(api, capsys, "--json", "create", "--in", "1h", "--payload", "-",
+                                stdin="[1, 2]"))  # fmt: skip
+    assert from_stdin["payload"] == [1, 2]
+    code, _, err = timers(api, capsys, "create", "--in", "1h", "--payload", "@/nonexistent.json")
+    assert code == 2 and "cannot read /nonexistent.json" in err
+
+
+def test_a_400_reads_once(api: Api, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = timers(api, capsys, "create", "--every", "0.5s")
+    assert code == 1
+    assert err.strip() == "timers: 400 validation_error: schedule.seconds: must be at least 1"
+
+
+def test_an_unreachable_api_is_one_line_saying_what_to_do() -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TIMERS_", "AWS_"))}
+    env.update(TIMERS_API=f"http://127.0.0.1:{port}/v1", TIMERS_API_KEY="tk_x")
+    run = subprocess.run([str(TIMERS), "ls"], env=env, capture_output=True, text=True,
+                         timeout=60, cwd="/")  # fmt: skip
+    assert run.returncode == 1
+    [line] = run.stderr.splitlines()
+    assert line.startswith(f"timers: cannot reach the API at http://127.0.0.1:{port}/v1")
+    assert "make run" in line and "TIMERS_API" in line
