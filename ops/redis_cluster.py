@@ -26,6 +26,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
@@ -196,6 +197,8 @@ class LocalRedisCluster:
             for port in range(base_port, base_port + 2 * shards)
         }
         self._temp: tempfile.TemporaryDirectory[str] | None = None
+        self._starting = threading.Lock()  # a node (re)started while stop() runs would outlive it
+        self.stopped = False
 
     # ------------------------------------------------------------------ start, stop
     @classmethod
@@ -231,8 +234,8 @@ class LocalRedisCluster:
         if busy := busy_ports(self.base_port, self.shards):
             raise ClusterError(f"ports already in use: {', '.join(map(str, busy))}")
         for node in self.nodes.values():
-            node.start(self._new_session)
-        self._wait("every node answering PING", self._all_answer)
+            self._start_node(node)
+        self._wait("every node answering PING", self._answering(self.nodes.values()))
         masters, replicas = self.initial_masters, self.initial_replicas
         for epoch, node in enumerate(self.nodes.values(), start=1):
             node.command("CLUSTER", "SET-CONFIG-EPOCH", epoch)  # distinct, as redis-cli sets them
@@ -255,7 +258,15 @@ class LocalRedisCluster:
     def initial_replicas(self) -> list[Node]:
         return list(self.nodes.values())[self.shards :]
 
+    def _start_node(self, node: Node) -> None:
+        with self._starting:
+            if self.stopped:
+                raise ClusterError("the cluster is stopping")
+            node.start(self._new_session)
+
     def stop(self) -> None:
+        with self._starting:
+            self.stopped = True
         for node in self.nodes.values():
             with suppress(Exception):
                 node.kill()
@@ -319,13 +330,23 @@ class LocalRedisCluster:
         return int(key_slot(key.encode() if isinstance(key, str) else key))
 
     # ------------------------------------------------------------------ settling
-    def _all_answer(self) -> str | None:
-        for node in self.live_nodes():
-            try:
-                node.client.ping()
-            except redis.RedisError as exc:
-                return f"{node.port}: {exc}"
-        return None
+    def _answering(self, nodes: Iterable[Node]) -> Callable[[], str | None]:
+        """A check that ``nodes`` (just started) answer PING; one that exited fails at once."""
+
+        def problem() -> str | None:
+            for node in nodes:
+                if node.process is not None and node.process.poll() is not None:
+                    log = node.log.read_text(errors="replace") if node.log.exists() else ""
+                    last = log.strip().splitlines()[-1:] or ["no log"]
+                    code = node.process.returncode
+                    raise ClusterError(f"redis-server on {node.port} exited ({code}): {last[0]}")
+                try:
+                    node.client.ping()
+                except redis.RedisError as exc:
+                    return f"{node.port}: {exc}"
+            return None
+
+        return problem
 
     def _all_met(self) -> str | None:
         for node in self.live_nodes():
@@ -385,17 +406,13 @@ class LocalRedisCluster:
         deadline = time.monotonic() + timeout_s
         last: str | None = "not looked yet"
         while True:
-            for node in self.nodes.values():
-                if node.process is not None and node.process.poll() not in (None, -9):
-                    code = node.process.returncode
-                    raise ClusterError(f"redis-server on {node.port} exited ({code})")
             try:
                 last = problem()
             except (redis.RedisError, OSError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
             if last is None:
                 return
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or self.stopped:
                 raise ClusterError(f"cluster not {what} in {timeout_s:.0f}s: {last}")
             time.sleep(0.05)
 
@@ -424,8 +441,15 @@ class LocalRedisCluster:
         node = self.nodes[port]
         if node.alive:
             raise ClusterError(f"node {port} is running")
-        node.start(self._new_session)
+        self._start_node(node)
+        self._wait("answering PING", self._answering([node]))
         self.wait_settled()
+
+    def replace(self, port: int) -> None:
+        """What ElastiCache does with a failed node: once the cluster settled without it (its
+        replica promoted, if it was a master), the node starts again and rejoins as a replica."""
+        self.wait_settled()
+        self.restart(port)
 
     def lose_shard(self, master_port: int) -> None:
         """A shard's data is gone: its master and replica die and come back as new, empty
@@ -441,8 +465,8 @@ class LocalRedisCluster:
                 node.command("CLUSTER", "FORGET", v.node_id)
         fresh = [self.nodes[v.port] for v in gone]
         for node in fresh:
-            node.start(self._new_session)
-        self._wait("answering PING", self._all_answer)
+            self._start_node(node)
+        self._wait("answering PING", self._answering(fresh))
         new_master, *new_replicas = fresh
         for low, high in master.slots:
             new_master.command("CLUSTER", "ADDSLOTS", *range(low, high + 1))

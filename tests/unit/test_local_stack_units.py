@@ -384,9 +384,39 @@ def test_the_ready_lines_name_the_api_and_its_console() -> None:
         "API: http://127.0.0.1:3100/v1",
         "Console: http://127.0.0.1:3100/v1/console",
         "AWS endpoint: http://127.0.0.1:4600",
+        "DynamoDB endpoint: http://127.0.0.1:4600",  # moto's
+        "Redis: redis://127.0.0.1:6390/0",
         "Tenant demo API key: tk_demo",
         "Tenant demo callback queue: http://q/demo",
     ]
+    real = LocalConfig(api_port=3100, redis_shards=3, dynamodb="local", dynamodb_port=8100)
+    stack = LocalStack(real, say=lambda line: None)
+    stack.demo = {"api_key": "tk_demo", "callback_queue_url": "http://q/demo"}
+    assert stack.ready_lines()[3:5] == [
+        "DynamoDB endpoint: http://127.0.0.1:8100",
+        "Redis: redis://127.0.0.1:6390/0 (cluster: 3 masters + 3 replicas on 6390-6395)",
+    ]
+
+
+def test_redis_shards_and_dynamodb_come_from_the_environment_with_a_clear_error() -> None:
+    from ops.local.stack import LocalConfig, StackError
+
+    assert (LocalConfig.from_env({}).redis_shards, LocalConfig.from_env({}).dynamodb) == (1, "moto")
+    config = LocalConfig.from_env({"REDIS_SHARDS": "3", "DYNAMODB": "local"})
+    assert (config.cluster, list(config.redis_ports)) == (True, list(range(6390, 6396)))
+    assert ("local", 8000) == (config.dynamodb, config.dynamodb_port)
+    assert (16391, "the cluster bus of REDIS_PORT+1") in list(config.ports())
+    assert (8000, "DYNAMODB_PORT") in list(config.ports())
+    assert LocalConfig.from_env({"REDIS_SHARDS": "8"}).redis_ports == range(6390, 6406)
+    for bad in ("2", "9", "0", "x", "-3"):
+        with pytest.raises(StackError, match=f"REDIS_SHARDS={bad!r} is not 1"):
+            LocalConfig.from_env({"REDIS_SHARDS": bad})
+    with pytest.raises(StackError, match="DYNAMODB='foo' is not local"):
+        LocalConfig.from_env({"DYNAMODB": "foo"})
+    with pytest.raises(StackError, match="overlap"):  # the cluster reaches AWS_PORT
+        LocalConfig.from_env({"REDIS_SHARDS": "3", "REDIS_PORT": "4563"})
+    with pytest.raises(StackError, match="below 65536"):
+        LocalConfig.from_env({"REDIS_SHARDS": "3", "REDIS_PORT": "60000"})
 
 
 def test_the_sandbox_idle_time_comes_from_the_environment_with_a_clear_error() -> None:
