@@ -404,7 +404,7 @@ def test_redis_shards_and_dynamodb_come_from_the_environment_with_a_clear_error(
     assert (LocalConfig.from_env({}).redis_shards, LocalConfig.from_env({}).dynamodb) == (1, "moto")
     config = LocalConfig.from_env({"REDIS_SHARDS": "3", "DYNAMODB": "local"})
     assert (config.cluster, list(config.redis_ports)) == (True, list(range(6390, 6396)))
-    assert ("local", 8000) == (config.dynamodb, config.dynamodb_port)
+    assert (config.dynamodb, config.dynamodb_port) == ("local", 8000)
     assert (16391, "the cluster bus of REDIS_PORT+1") in list(config.ports())
     assert (8000, "DYNAMODB_PORT") in list(config.ports())
     assert LocalConfig.from_env({"REDIS_SHARDS": "8"}).redis_ports == range(6390, 6406)
