@@ -79,6 +79,7 @@ def stack_env(state_dir: Path, **overrides: str) -> dict[str, str]:
         API_PORT=str(free_port()),
         AWS_PORT=str(free_port()),
         REDIS_PORT=str(free_port()),
+        DYNAMODB_PORT=str(free_port()),  # used with DYNAMODB=local
         LOCAL_STATE_DIR=str(state_dir),
         PYTHONUNBUFFERED="1",
     )
@@ -112,7 +113,8 @@ class RunningStack:
     def ports(self) -> list[int]:
         """API, AWS, Redis (a cluster's nodes and their bus ports) and DynamoDB Local's."""
         ports = [int(self.env[name]) for name in ("API_PORT", "AWS_PORT", "REDIS_PORT")]
-        shards = int(self.env.get("REDIS_SHARDS", "1"))
+        setting = self.env.get("REDIS_SHARDS", "1")
+        shards = int(setting) if setting in {str(n) for n in range(3, 9)} else 1
         if shards > 1:
             nodes = range(ports[2], ports[2] + 2 * shards)
             ports[2:] = [*nodes, *(port + BUS_OFFSET for port in nodes)]
