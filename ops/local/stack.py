@@ -173,6 +173,7 @@ class LocalStack:
         self.dynamodb: DynamoDBLocal | None = None
         self.moto: subprocess.Popen[bytes] | None = None
         self.lock = state.Lock()
+        self._starting: ThreadPoolExecutor | None = None  # Ctrl-C may come while they start
         self.pools: dict[str, FunctionPool] = {}
         self.gateway: Gateway | None = None
         self.gateway_thread: threading.Thread | None = None
@@ -204,13 +205,7 @@ class LocalStack:
         self.logs.mkdir(parents=True, exist_ok=True)
         for old in self.logs.glob("*.log"):
             old.unlink()
-        self._start_redis()
-        self._record_children()
-        self._start_moto(spec)
-        self._record_children()
-        if c.dynamodb == "local":
-            self._start_dynamodb()
-            self._record_children()
+        self._start_stores(spec)
         self._start_functions(spec)
         try:
             self.gateway = Gateway(c.api_port, spec, self.pools, self.say)
@@ -240,6 +235,20 @@ class LocalStack:
                 "demo": self.demo,
             }
         )
+
+    def _start_stores(self, spec: StackSpec) -> None:
+        """Redis, moto and DynamoDB Local side by side: each waits on its own process (the
+        JVM's start is the longest), so together they take the longest one's time."""
+        starts = [self._start_redis, lambda: self._start_moto(spec)]
+        if self.config.dynamodb == "local":
+            starts.append(self._start_dynamodb)
+        self._starting = ThreadPoolExecutor(len(starts))
+        done = [self._starting.submit(start) for start in starts]
+        self._starting.shutdown(wait=True)
+        self._record_children()
+        for future in done:  # the first failure in start order; the rest stop with the stack
+            if error := future.exception():
+                raise error
 
     def _aws_endpoints(self) -> dict[str, str]:
         """Where AWS is, for this process and every sandbox: moto, DynamoDB maybe elsewhere
@@ -455,6 +464,8 @@ class LocalStack:
         """Stop everything this stack started, in reverse order. Safe at any point; a part
         that fails to stop is logged and never keeps the others running. The state files are
         removed only by the stack that holds the state directory's lock: its own."""
+        if self._starting:  # what is starting has started before it is stopped
+            self._starting.shutdown(wait=True)
         steps: list[Callable[[], None]] = [state.remove] if self.lock.held else []
         if self.scheduler:
             steps.append(self.scheduler.stop)
