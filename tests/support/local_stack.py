@@ -73,7 +73,8 @@ def stack_env(state_dir: Path, **overrides: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("AWS_", "REDIS_", "TIMERS_", "POWERTOOLS_", "DYNAMODB"))
+        if not k.startswith(("AWS_", "REDIS_", "TIMERS_", "POWERTOOLS_"))
+        and k not in ("DYNAMODB", "DYNAMODB_PORT")
     }
     env.update(
         API_PORT=str(free_port()),
