@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -427,3 +429,38 @@ def test_the_sandbox_idle_time_comes_from_the_environment_with_a_clear_error() -
     for bad in ("0", "1.5", "soon", "100000"):
         with pytest.raises(StackError, match="LOCAL_LAMBDA_IDLE_S="):
             LocalConfig.from_env({"LOCAL_LAMBDA_IDLE_S": bad})
+
+
+def test_one_stack_holds_a_state_directory_and_only_its_own_files_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ops.local import state
+
+    monkeypatch.setenv("LOCAL_STATE_DIR", str(tmp_path))
+    running, second = state.Lock(), state.Lock()
+    running.acquire()
+    state.write({"pid": os.getpid(), "api_url": "http://127.0.0.1:3000/v1"})
+    with pytest.raises(state.StateDirBusy, match=r"already running from .* \(pid \d+, API http"):
+        second.acquire()
+    assert not second.held and state.read() is not None
+    running.release()
+    second.acquire()  # the kernel let it go
+    second.release()
+
+
+def test_a_killed_stacks_children_are_named_only_while_they_run_the_same_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ops.local import state
+
+    monkeypatch.setenv("LOCAL_STATE_DIR", str(tmp_path))
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    dead_stack = exited.pid  # a stack killed outright
+    me = os.getpid()
+    state.record_children(dead_stack, {me: "python", dead_stack: "redis-server :6390"})
+    assert state.leftovers() == {me: "python"}
+    state.record_children(dead_stack, {me: "redis-server :6390"})  # a reused pid
+    assert state.leftovers() == {}
+    state.record_children(me, {me: "python"})  # its stack still runs: nothing left over
+    assert state.leftovers() == {}
