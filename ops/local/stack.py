@@ -59,7 +59,7 @@ class LocalConfig:
     aws_port: int = 4566
     redis_port: int = 6390
     redis_shards: int = 1  # 1: one plain redis-server; 3..8: a cluster of masters + replicas
-    dynamodb: str = "moto"  # or "local": Amazon's DynamoDB Local
+    dynamodb: str = DEFAULT_DYNAMODB  # or "local": Amazon's DynamoDB Local
     dynamodb_port: int = 8000  # DynamoDB Local's (with DYNAMODB=local)
     demo_api_key: str | None = None
     concurrency: int = 8  # sandboxes per function: armed trigger runs wait for their due instant
@@ -93,9 +93,11 @@ class LocalConfig:
             concurrency=number("LOCAL_LAMBDA_CONCURRENCY", 8, high=64),
             idle_s=number("LOCAL_LAMBDA_IDLE_S", int(IDLE_S), high=86_400),
         )
-        ports = list(config.ports())
-        if len({port for port, _ in ports}) < len(ports):
-            raise StackError(f"the stack's ports overlap: {', '.join(n for _, n in ports)}")
+        seen: dict[int, str] = {}
+        for port, name in config.ports():
+            if port in seen:
+                raise StackError(f"{seen[port]} and {name} are the same port, {port}")
+            seen[port] = name
         if config.cluster and max(config.redis_ports) + BUS_OFFSET > 65535:
             raise StackError(
                 f"REDIS_PORT={config.redis_port}: a cluster's bus ports (+{BUS_OFFSET}) "

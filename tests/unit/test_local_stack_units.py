@@ -415,7 +415,7 @@ def test_redis_shards_and_dynamodb_come_from_the_environment_with_a_clear_error(
             LocalConfig.from_env({"REDIS_SHARDS": bad})
     with pytest.raises(StackError, match="DYNAMODB='foo' is not local"):
         LocalConfig.from_env({"DYNAMODB": "foo"})
-    with pytest.raises(StackError, match="overlap"):  # the cluster reaches AWS_PORT
+    with pytest.raises(StackError, match="AWS_PORT and REDIS_PORT\\+3 are the same port, 4566"):
         LocalConfig.from_env({"REDIS_SHARDS": "3", "REDIS_PORT": "4563"})
     with pytest.raises(StackError, match="below 65536"):
         LocalConfig.from_env({"REDIS_SHARDS": "3", "REDIS_PORT": "60000"})
