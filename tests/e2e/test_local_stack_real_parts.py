@@ -30,6 +30,7 @@ from tests.support.local_stack import (
     real_parts_env,
     start_stack,
 )
+from tests.support.real_parts import require_dynamodb_local
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_parts]
 
@@ -40,6 +41,7 @@ RECOVERY_TIMEOUT_S = 60.0
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
+    require_dynamodb_local()
     running = start_stack(
         tmp_path_factory.mktemp("real-parts-stack"),
         TIMERS_DEMO_API_KEY=DEMO_KEY,

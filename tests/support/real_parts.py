@@ -30,7 +30,13 @@ from moto import mock_aws
 from pynamodb.models import Model
 
 from ops import template
-from ops.dynamodb_local import DynamoDBLocal, MissingDependency, reset_tables
+from ops.dynamodb_local import (
+    DynamoDBLocal,
+    MissingDependency,
+    find_jar,
+    find_java,
+    reset_tables,
+)
 from ops.redis_cluster import LocalRedisCluster
 from timers.config import Settings
 from timers.runtime import redis_client
@@ -56,6 +62,14 @@ def _missing(reason: str) -> None:
     if os.environ.get("TIMERS_REQUIRE_REAL_PARTS") == "1":
         pytest.fail(reason)
     pytest.skip(reason)
+
+
+def require_dynamodb_local() -> None:
+    """Skip (fail under TIMERS_REQUIRE_REAL_PARTS=1) without Java 17 or the jar."""
+    try:
+        find_java(), find_jar()
+    except MissingDependency as exc:
+        _missing(str(exc))
 
 
 @pytest.fixture(scope="session")
