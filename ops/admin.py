@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -51,19 +52,41 @@ class Target:
     known_keys: dict[str, str] = field(default_factory=dict)  # tenant -> a key we may reprint
 
 
+class NoStack(Exception):
+    """Nothing answers where the local stack would be; the message says what to do."""
+
+
 def local_target() -> Target:
     running = local_state.read()
     if os.environ.get("AWS_PORT") or running is None:
         endpoint = f"http://127.0.0.1:{os.environ.get('AWS_PORT', '4566')}"
+        dynamodb = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or endpoint
     else:
         endpoint = running["aws_endpoint"]
+        dynamodb = running.get("dynamodb_endpoint") or endpoint
+    if not _answers(endpoint) or not _answers(dynamodb):
+        raise NoStack(
+            f"no local stack answers at {endpoint}: start one with make run "
+            "(or ENV=aws for the deployed stack)"
+        )
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     for name, value in LOCAL_CREDENTIALS.items():
         os.environ.setdefault(name, value)
-    os.environ["AWS_ENDPOINT_URL"] = endpoint  # pynamodb and boto3 both honour it
+    os.environ["AWS_ENDPOINT_URL"] = endpoint  # pynamodb and boto3 both honour these
+    os.environ["AWS_ENDPOINT_URL_DYNAMODB"] = dynamodb  # DynamoDB Local with DYNAMODB=local
     demo = running["demo"] if running and running["aws_endpoint"] == endpoint else None
     known = {demo["tenant"]: demo["api_key"]} if demo else {}
     return Target(LOCAL_SETTINGS, boto3.client("sqs"), known)
+
+
+def _answers(endpoint: str) -> bool:
+    """Whether something listens at ``endpoint`` (http://host:port)."""
+    host, _, port = endpoint.removeprefix("http://").partition(":")
+    try:
+        with socket.create_connection((host, int(port or 80)), timeout=1):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def aws_target() -> Target:
@@ -181,7 +204,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    target = aws_target() if os.environ.get("ENV", "local") == "aws" else local_target()
+    try:
+        target = aws_target() if os.environ.get("ENV", "local") == "aws" else local_target()
+    except NoStack as exc:
+        print(f"ops.admin: {exc}", file=sys.stderr)
+        return 1
     try:
         result = run(target, sys.argv[1:] if argv is None else argv)
     except DomainError as exc:

@@ -14,6 +14,8 @@ from ops.aws_limits import aws_limits
 from ops.offline import use_fake_aws
 from tests.support.clock import FakeClock
 
+pytest_plugins = ["tests.support.real_parts"]  # --redis, --dynamodb; the real parts' fixtures
+
 use_fake_aws()  # never reach a real account from a test, whatever the developer's shell has
 
 

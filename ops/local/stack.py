@@ -1,10 +1,13 @@
 """The whole service on one machine: ``python -m ops.local`` (``make run``).
 
-Starts, in order: a redis-server, a moto server with the template's tables and queues, a
-sandbox pool per template function, the HTTP gateway (Api routes + Lambda Invoke), the demo
-tenant, then the template's schedules. Prints the ready lines and runs until Ctrl-C.
-Anything that fails - a busy port, a missing piece, a component that dies - stops everything
-with one line naming the cause and a non-zero exit.
+Starts, in order: a redis-server (or, with ``REDIS_SHARDS=N``, a Redis Cluster of N masters and
+N replicas), a moto server with the template's tables and queues (with ``DYNAMODB=local``, the
+tables on Amazon's DynamoDB Local), a sandbox pool per template function, the HTTP gateway (Api
+routes + Lambda Invoke), the demo tenant, then the template's schedules. Prints the ready lines
+and runs until Ctrl-C. Anything that fails - a busy port, a missing piece, a component that
+dies - stops everything with one line naming the cause and a non-zero exit; a Redis Cluster
+node that dies is the exception: its replica takes over and the stack starts it again as a
+replica, as ElastiCache replaces a failed node.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,6 +31,7 @@ import boto3
 from botocore.config import Config
 
 from ops import admin, template
+from ops.dynamodb_local import DynamoDBLocal, MissingDependency, find_jar, find_java
 from ops.local import state
 from ops.local.gateway import Gateway
 from ops.local.lambdas import IDLE_S, FunctionPool, sandbox_env
@@ -36,9 +40,11 @@ from ops.local.schedules import Scheduler, scheduled_event
 from ops.local.spec import ScheduleSpec, StackSpec, TemplateError, load_stack
 from ops.offline import LOCAL_CREDENTIALS
 from ops.ports import port_is_free
+from ops.redis_cluster import BUS_OFFSET, MAX_SHARDS, MIN_SHARDS, ClusterError, LocalRedisCluster
 from ops.redis_server import RedisServer, find_redis_server
 
 DEMO_TENANT = "demo"
+DEFAULT_DYNAMODB = "moto"  # see the README: DYNAMODB=local costs Java, memory and start time
 START_TIMEOUT_S = 60.0
 WATCH_INTERVAL_S = 0.2
 
@@ -52,6 +58,9 @@ class LocalConfig:
     api_port: int = 3000
     aws_port: int = 4566
     redis_port: int = 6390
+    redis_shards: int = 1  # 1: one plain redis-server; 3..8: a cluster of masters + replicas
+    dynamodb: str = DEFAULT_DYNAMODB  # or "local": Amazon's DynamoDB Local
+    dynamodb_port: int = 8000  # DynamoDB Local's (with DYNAMODB=local)
     demo_api_key: str | None = None
     concurrency: int = 8  # sandboxes per function: armed trigger runs wait for their due instant
     idle_s: int = int(IDLE_S)  # an idle sandbox is retired after this, as Lambda does
@@ -64,21 +73,70 @@ class LocalConfig:
                 raise StackError(f"{name}={raw!r} is not a number from {low} to {high}")
             return int(raw)
 
+        shards = env.get("REDIS_SHARDS") or "1"
+        if shards != "1" and not (shards.isdigit() and MIN_SHARDS <= int(shards) <= MAX_SHARDS):
+            raise StackError(
+                f"REDIS_SHARDS={shards!r} is not 1 (one redis-server) or a cluster of "
+                f"{MIN_SHARDS} to {MAX_SHARDS} masters"
+            )
+        dynamodb = env.get("DYNAMODB") or DEFAULT_DYNAMODB
+        if dynamodb not in ("local", "moto"):
+            raise StackError(f"DYNAMODB={dynamodb!r} is not local (DynamoDB Local) or moto")
         config = cls(
             api_port=number("API_PORT", 3000),
             aws_port=number("AWS_PORT", 4566),
             redis_port=number("REDIS_PORT", 6390),
+            redis_shards=int(shards),
+            dynamodb=dynamodb,
+            dynamodb_port=number("DYNAMODB_PORT", 8000),
             demo_api_key=env.get("TIMERS_DEMO_API_KEY") or None,
             concurrency=number("LOCAL_LAMBDA_CONCURRENCY", 8, high=64),
             idle_s=number("LOCAL_LAMBDA_IDLE_S", int(IDLE_S), high=86_400),
         )
-        if len({config.api_port, config.aws_port, config.redis_port}) < 3:
-            raise StackError("API_PORT, AWS_PORT and REDIS_PORT must be three different ports")
+        seen: dict[int, str] = {}
+        for port, name in config.ports():
+            if port in seen:
+                raise StackError(f"{seen[port]} and {name} are the same port, {port}")
+            seen[port] = name
+        if config.cluster and max(config.redis_ports) + BUS_OFFSET > 65535:
+            raise StackError(
+                f"REDIS_PORT={config.redis_port}: a cluster's bus ports (+{BUS_OFFSET}) "
+                "must stay below 65536"
+            )
         return config
+
+    @property
+    def cluster(self) -> bool:
+        return self.redis_shards > 1
+
+    @property
+    def redis_ports(self) -> range:
+        """REDIS_PORT, or a cluster's REDIS_PORT .. REDIS_PORT+2N-1 (masters first)."""
+        return range(
+            self.redis_port, self.redis_port + (2 * self.redis_shards if self.cluster else 1)
+        )
+
+    def ports(self) -> Iterator[tuple[int, str]]:
+        """Every port the stack listens on, with the setting that names it."""
+        yield self.api_port, "API_PORT"
+        yield self.aws_port, "AWS_PORT"
+        for port in self.redis_ports:
+            offset = port - self.redis_port
+            name = f"REDIS_PORT+{offset}" if offset else "REDIS_PORT"
+            yield port, name
+            if self.cluster:
+                yield port + BUS_OFFSET, f"the cluster bus of {name}"
+        if self.dynamodb == "local":
+            yield self.dynamodb_port, "DYNAMODB_PORT"
 
     @property
     def aws_endpoint(self) -> str:
         return f"http://127.0.0.1:{self.aws_port}"
+
+    @property
+    def dynamodb_endpoint(self) -> str:
+        port = self.dynamodb_port if self.dynamodb == "local" else self.aws_port
+        return f"http://127.0.0.1:{port}"
 
     @property
     def api_endpoint(self) -> str:
@@ -89,8 +147,19 @@ class LocalConfig:
         return f"redis://127.0.0.1:{self.redis_port}/0"
 
 
-def require_free(port: int, name: str) -> None:
-    if not port_is_free(port):
+def require_free(ports: Iterator[tuple[int, str]]) -> None:
+    """Every port free, else one line: which is taken, and - when it is a killed stack's
+    leftover process that holds it - what to kill."""
+    for port, name in ports:
+        if port_is_free(port):
+            continue
+        if left := state.leftovers():
+            pids = " ".join(map(str, left))
+            what = ", ".join(f"{pid} {program}" for pid, program in left.items())
+            raise StackError(
+                f"port {port} ({name}) is held by what a local stack that was killed left "
+                f"running ({what}): kill {pids}, then start again"
+            )
         raise StackError(f"port {port} ({name}) is already in use")
 
 
@@ -100,7 +169,13 @@ class LocalStack:
         self.say = say
         self.logs = state.state_dir() / "logs"
         self.redis: RedisServer | None = None
+        self.cluster: LocalRedisCluster | None = None
+        self.repairs: dict[int, threading.Thread] = {}  # cluster node port -> its replacement
+        self.repair_failed: str | None = None
+        self.dynamodb: DynamoDBLocal | None = None
         self.moto: subprocess.Popen[bytes] | None = None
+        self.lock = state.Lock()
+        self._starting: ThreadPoolExecutor | None = None  # Ctrl-C may come while they start
         self.pools: dict[str, FunctionPool] = {}
         self.gateway: Gateway | None = None
         self.gateway_thread: threading.Thread | None = None
@@ -112,20 +187,27 @@ class LocalStack:
     # ------------------------------------------------------------------ start
     def start(self) -> None:
         c = self.config
-        require_free(c.api_port, "API_PORT")
-        require_free(c.aws_port, "AWS_PORT")
-        require_free(c.redis_port, "REDIS_PORT")
+        try:
+            self.lock.acquire()  # before anything in the state directory is touched
+        except state.StateDirBusy as exc:
+            raise StackError(str(exc)) from None
+        require_free(c.ports())
+        if c.dynamodb == "local":
+            try:
+                find_java(), find_jar()
+            except MissingDependency as exc:
+                raise StackError(f"missing dependency: {exc}") from None
         spec = self._read_template()
         # This process talks to moto too (tables, the demo tenant), in the stack's region.
-        os.environ.update(AWS_DEFAULT_REGION=spec.region, AWS_ENDPOINT_URL=c.aws_endpoint)
+        os.environ.pop("AWS_ENDPOINT_URL_DYNAMODB", None)  # a shell's own: not ours to follow
+        os.environ.update(AWS_DEFAULT_REGION=spec.region, **self._aws_endpoints())
         for name, value in LOCAL_CREDENTIALS.items():
             os.environ.setdefault(name, value)  # botocore insists; moto ignores them
         self._aws = boto3.Session()
         self.logs.mkdir(parents=True, exist_ok=True)
         for old in self.logs.glob("*.log"):
             old.unlink()
-        self._start_redis()
-        self._start_moto(spec)
+        self._start_stores(spec)
         self._start_functions(spec)
         try:
             self.gateway = Gateway(c.api_port, spec, self.pools, self.say)
@@ -149,24 +231,73 @@ class LocalStack:
                 "pid": os.getpid(),
                 "api_url": f"{c.api_endpoint}/v1",
                 "aws_endpoint": c.aws_endpoint,
+                "dynamodb_endpoint": c.dynamodb_endpoint,
                 "redis_url": c.redis_url,
+                "redis_cluster": c.cluster,
                 "demo": self.demo,
             }
         )
+
+    def _start_stores(self, spec: StackSpec) -> None:
+        """Redis, moto and DynamoDB Local side by side: each waits on its own process (the
+        JVM's start is the longest), so together they take the longest one's time."""
+        starts = [self._start_redis, lambda: self._start_moto(spec)]
+        if self.config.dynamodb == "local":
+            starts.append(self._start_dynamodb)
+        self._starting = ThreadPoolExecutor(len(starts))
+        done = [self._starting.submit(start) for start in starts]
+        self._starting.shutdown(wait=True)
+        self._record_children()
+        for future in done:  # the first failure in start order; the rest stop with the stack
+            if error := future.exception():
+                raise error
+
+    def _aws_endpoints(self) -> dict[str, str]:
+        """Where AWS is, for this process and every sandbox: moto, DynamoDB maybe elsewhere
+        (botocore and pynamodb read AWS_ENDPOINT_URL_DYNAMODB before AWS_ENDPOINT_URL)."""
+        endpoints = {"AWS_ENDPOINT_URL": self.config.aws_endpoint}
+        if self.config.dynamodb == "local":
+            endpoints["AWS_ENDPOINT_URL_DYNAMODB"] = self.config.dynamodb_endpoint
+        return endpoints
+
+    def _record_children(self) -> None:
+        """What would outlive a ``kill -9`` of this process (started in sessions of their own),
+        so the next start can name it."""
+        children: dict[int, str] = {}
+        if self.redis and self.redis.process:
+            children[self.redis.process.pid] = f"redis-server :{self.config.redis_port}"
+        if self.cluster:
+            for port, node in self.cluster.nodes.items():
+                if node.process and node.alive:
+                    children[node.process.pid] = f"redis-server :{port}"
+        if self.moto:
+            children[self.moto.pid] = "ops.local.moto_server"
+        if self.dynamodb:
+            children[self.dynamodb.process.pid] = "DynamoDBLocal.jar"
+        state.record_children(os.getpid(), children)
 
     def ready_lines(self) -> list[str]:
         return [
             f"API: {self.config.api_endpoint}/v1",
             f"Console: {self.config.api_endpoint}/v1/console",
             f"AWS endpoint: {self.config.aws_endpoint}",
+            f"DynamoDB endpoint: {self.config.dynamodb_endpoint}",
+            f"Redis: {self.config.redis_url}{self._redis_shape()}",
             f"Tenant demo API key: {self.demo['api_key']}",
             f"Tenant demo callback queue: {self.demo['callback_queue_url']}",
         ]
 
+    def _redis_shape(self) -> str:
+        c = self.config
+        if not c.cluster:
+            return ""
+        ports = f"{c.redis_ports[0]}-{c.redis_ports[-1]}"
+        return f" (cluster: {c.redis_shards} masters + {c.redis_shards} replicas on {ports})"
+
     def _runtime_env(self) -> dict[str, str]:
         """What every sandbox gets besides its template environment: where AWS is."""
         return {
-            "AWS_ENDPOINT_URL": self.config.aws_endpoint,
+            **self._aws_endpoints(),
             "AWS_ENDPOINT_URL_LAMBDA": self.config.api_endpoint,
             "AWS_SAM_LOCAL": "true",  # as `sam local` sets it: powertools skips X-Ray
             **LOCAL_CREDENTIALS,
@@ -175,8 +306,11 @@ class LocalStack:
         }
 
     def _read_template(self) -> StackSpec:
-        # The local stack stands in for ElastiCache with a plain, non-cluster redis-server.
-        endpoints = {"REDIS_URL": self.config.redis_url, "REDIS_CLUSTER": "false"}
+        # ElastiCache's stand-in: a plain redis-server, or a cluster the functions use as one.
+        endpoints = {
+            "REDIS_URL": self.config.redis_url,
+            "REDIS_CLUSTER": "true" if self.config.cluster else "false",
+        }
         try:
             return load_stack(endpoints, aws_endpoint=self.config.aws_endpoint)
         except (TemplateError, OSError) as exc:
@@ -187,11 +321,26 @@ class LocalStack:
             binary = find_redis_server()
         except FileNotFoundError as exc:
             raise StackError(f"missing dependency: {exc}") from None
+        c = self.config
         try:
-            self.redis = RedisServer.start(binary, port=self.config.redis_port, new_session=True)
-        except (RuntimeError, TimeoutError, OSError) as exc:
+            if c.cluster:
+                self.cluster = LocalRedisCluster.start(
+                    c.redis_shards, c.redis_port, binary=binary, new_session=True, log_dir=self.logs
+                )
+            else:
+                self.redis = RedisServer.start(binary, port=c.redis_port, new_session=True)
+        except (RuntimeError, TimeoutError, OSError, ClusterError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise StackError(f"redis-server failed to start: {first}") from None
+            what = "the Redis Cluster" if c.cluster else "redis-server"
+            raise StackError(f"{what} failed to start: {first}") from None
+
+    def _start_dynamodb(self) -> None:
+        try:
+            self.dynamodb = DynamoDBLocal.start(
+                self.config.dynamodb_port, log=self.logs / "dynamodb-local.log", new_session=True
+            )
+        except (RuntimeError, TimeoutError, OSError) as exc:
+            raise StackError(f"DynamoDB Local failed to start: {exc}") from None
 
     def _start_moto(self, spec: StackSpec) -> None:
         for module in ("moto.server", "flask", "flask_cors"):
@@ -225,7 +374,9 @@ class LocalStack:
             time.sleep(0.05)
         config = Config(retries={"max_attempts": 10, "mode": "standard"})
         endpoint = self.config.aws_endpoint
-        template.create_tables(self._aws.client("dynamodb", endpoint_url=endpoint, config=config))
+        if self.config.dynamodb == "moto":  # else DynamoDB Local creates them
+            dynamodb = self._aws.client("dynamodb", endpoint_url=endpoint, config=config)
+            template.create_tables(dynamodb)
         template.create_queues(self._aws.client("sqs", endpoint_url=endpoint, config=config))
 
     def _start_functions(self, spec: StackSpec) -> None:
@@ -266,6 +417,10 @@ class LocalStack:
                 pool.retire_idle()
             if self.redis and self.redis.process and self.redis.process.poll() is not None:
                 return f"redis-server exited (code {self.redis.process.returncode})"
+            if self.cluster and (reason := self._watch_cluster()):
+                return reason
+            if self.dynamodb and self.dynamodb.process.poll() is not None:
+                return f"DynamoDB Local exited (code {self.dynamodb.process.returncode})"
             if self.moto and self.moto.poll() is not None:
                 return f"moto server exited (code {self.moto.returncode})"
             if self.gateway_thread and not self.gateway_thread.is_alive():
@@ -276,10 +431,44 @@ class LocalStack:
                 return "an SQS event source poller stopped"
         return None
 
+    def _watch_cluster(self) -> str | None:
+        """A dead node is no crash: its replica takes over (Redis does that), then the stack
+        starts the node again and it rejoins as a replica, as ElastiCache replaces a failed
+        node. The stack stops only when that cannot happen (a shard with no node left)."""
+        assert self.cluster is not None
+        if self.repair_failed:
+            return f"the Redis Cluster did not recover: {self.repair_failed}"
+        for port in self.cluster.dead_ports():
+            if port in self.repairs and self.repairs[port].is_alive():
+                continue
+            node = self.cluster.nodes[port]
+            code = node.process.returncode if node.process else None
+            self.say(f"redis node 127.0.0.1:{port} exited (code {code}): replacing it")
+            repair = threading.Thread(target=self._replace_node, args=(port,), daemon=True)
+            self.repairs[port] = repair
+            repair.start()
+        return None
+
+    def _replace_node(self, port: int) -> None:
+        assert self.cluster is not None
+        try:
+            self.cluster.replace(port)
+        except ClusterError as exc:
+            if not self.cluster.stopped:
+                self.repair_failed = str(exc)
+            return
+        self._record_children()
+        self.say(
+            f"redis node 127.0.0.1:{port} is back, a replica; masters {self.cluster.masters()}"
+        )
+
     def stop(self) -> None:
         """Stop everything this stack started, in reverse order. Safe at any point; a part
-        that fails to stop is logged and never keeps the others running."""
-        steps: list[Callable[[], None]] = [state.remove]
+        that fails to stop is logged and never keeps the others running. The state files are
+        removed only by the stack that holds the state directory's lock: its own."""
+        if self._starting:  # what is starting has started before it is stopped
+            self._starting.shutdown(wait=True)
+        steps: list[Callable[[], None]] = [state.remove] if self.lock.held else []
         if self.scheduler:
             steps.append(self.scheduler.stop)
         if self.poller:
@@ -288,6 +477,11 @@ class LocalStack:
             steps += [self.gateway.shutdown, self.gateway.server_close]
         steps += [pool.close for pool in self.pools.values()]
         steps += [self._stop_moto, self.redis.stop if self.redis else (lambda: None)]
+        if self.dynamodb:
+            steps.append(self.dynamodb.stop)
+        if self.cluster:
+            steps.append(self.cluster.stop)
+        steps.append(self.lock.release)
         for step in steps:
             try:
                 step()

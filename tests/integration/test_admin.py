@@ -1,4 +1,5 @@
-"""Tenant administration (make tenant and friends) against moto."""
+"""Tenant administration (make tenant and friends) against moto; with ``--dynamodb=local``
+(make test-real) its tables are on DynamoDB Local."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from ops import admin
 from timers.adapters import tenants
 from timers.core.errors import InvalidState
 
+pytestmark = pytest.mark.real_parts
+
 
 @pytest.fixture
-def target(aws: None) -> admin.Target:
+def target(aws_tables: str | None) -> admin.Target:
     return admin.Target(admin.LOCAL_SETTINGS, boto3.client("sqs"))
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ops.ports import free_port
+from ops.redis_cluster import BUS_OFFSET, free_range
 from ops.template import ROOT
 
 READY_TIMEOUT_S = 180.0  # a cold start of four sandboxes plus moto on a busy 2-core runner
@@ -24,6 +25,8 @@ READY_PREFIXES = (
     "API: ",
     "Console: ",
     "AWS endpoint: ",
+    "DynamoDB endpoint: ",
+    "Redis: ",
     "Tenant demo API key: ",
     "Tenant demo callback queue: ",
 )
@@ -55,17 +58,29 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def real_parts_env(shards: int = 3) -> dict[str, str]:
+    """The settings of a stack on the production-like parts, on free ports."""
+    return {
+        "REDIS_SHARDS": str(shards),
+        "REDIS_PORT": str(free_range(2 * shards)),
+        "DYNAMODB": "local",
+        "DYNAMODB_PORT": str(free_port()),
+    }
+
+
 def stack_env(state_dir: Path, **overrides: str) -> dict[str, str]:
     """The environment of a fresh shell: none of the test suite's AWS or Redis settings."""
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("AWS_", "REDIS_", "TIMERS_", "POWERTOOLS_"))
+        and k not in ("DYNAMODB", "DYNAMODB_PORT")
     }
     env.update(
         API_PORT=str(free_port()),
         AWS_PORT=str(free_port()),
         REDIS_PORT=str(free_port()),
+        DYNAMODB_PORT=str(free_port()),  # used with DYNAMODB=local
         LOCAL_STATE_DIR=str(state_dir),
         PYTHONUNBUFFERED="1",
     )
@@ -97,7 +112,16 @@ class RunningStack:
 
     @property
     def ports(self) -> list[int]:
-        return [int(self.env[name]) for name in ("API_PORT", "AWS_PORT", "REDIS_PORT")]
+        """API, AWS, Redis (a cluster's nodes and their bus ports) and DynamoDB Local's."""
+        ports = [int(self.env[name]) for name in ("API_PORT", "AWS_PORT", "REDIS_PORT")]
+        setting = self.env.get("REDIS_SHARDS", "1")
+        shards = int(setting) if setting in {str(n) for n in range(3, 9)} else 1
+        if shards > 1:
+            nodes = range(ports[2], ports[2] + 2 * shards)
+            ports[2:] = [*nodes, *(port + BUS_OFFSET for port in nodes)]
+        if self.env.get("DYNAMODB") == "local":
+            ports.append(int(self.env["DYNAMODB_PORT"]))
+        return ports
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S

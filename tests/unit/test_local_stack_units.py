@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -384,9 +386,39 @@ def test_the_ready_lines_name_the_api_and_its_console() -> None:
         "API: http://127.0.0.1:3100/v1",
         "Console: http://127.0.0.1:3100/v1/console",
         "AWS endpoint: http://127.0.0.1:4600",
+        "DynamoDB endpoint: http://127.0.0.1:4600",  # moto's
+        "Redis: redis://127.0.0.1:6390/0",
         "Tenant demo API key: tk_demo",
         "Tenant demo callback queue: http://q/demo",
     ]
+    real = LocalConfig(api_port=3100, redis_shards=3, dynamodb="local", dynamodb_port=8100)
+    stack = LocalStack(real, say=lambda line: None)
+    stack.demo = {"api_key": "tk_demo", "callback_queue_url": "http://q/demo"}
+    assert stack.ready_lines()[3:5] == [
+        "DynamoDB endpoint: http://127.0.0.1:8100",
+        "Redis: redis://127.0.0.1:6390/0 (cluster: 3 masters + 3 replicas on 6390-6395)",
+    ]
+
+
+def test_redis_shards_and_dynamodb_come_from_the_environment_with_a_clear_error() -> None:
+    from ops.local.stack import LocalConfig, StackError
+
+    assert (LocalConfig.from_env({}).redis_shards, LocalConfig.from_env({}).dynamodb) == (1, "moto")
+    config = LocalConfig.from_env({"REDIS_SHARDS": "3", "DYNAMODB": "local"})
+    assert (config.cluster, list(config.redis_ports)) == (True, list(range(6390, 6396)))
+    assert (config.dynamodb, config.dynamodb_port) == ("local", 8000)
+    assert (16391, "the cluster bus of REDIS_PORT+1") in list(config.ports())
+    assert (8000, "DYNAMODB_PORT") in list(config.ports())
+    assert LocalConfig.from_env({"REDIS_SHARDS": "8"}).redis_ports == range(6390, 6406)
+    for bad in ("2", "9", "0", "x", "-3"):
+        with pytest.raises(StackError, match=f"REDIS_SHARDS={bad!r} is not 1"):
+            LocalConfig.from_env({"REDIS_SHARDS": bad})
+    with pytest.raises(StackError, match="DYNAMODB='foo' is not local"):
+        LocalConfig.from_env({"DYNAMODB": "foo"})
+    with pytest.raises(StackError, match="AWS_PORT and REDIS_PORT\\+3 are the same port, 4566"):
+        LocalConfig.from_env({"REDIS_SHARDS": "3", "REDIS_PORT": "4563"})
+    with pytest.raises(StackError, match="below 65536"):
+        LocalConfig.from_env({"REDIS_SHARDS": "3", "REDIS_PORT": "60000"})
 
 
 def test_the_sandbox_idle_time_comes_from_the_environment_with_a_clear_error() -> None:
@@ -397,3 +429,38 @@ def test_the_sandbox_idle_time_comes_from_the_environment_with_a_clear_error() -
     for bad in ("0", "1.5", "soon", "100000"):
         with pytest.raises(StackError, match="LOCAL_LAMBDA_IDLE_S="):
             LocalConfig.from_env({"LOCAL_LAMBDA_IDLE_S": bad})
+
+
+def test_one_stack_holds_a_state_directory_and_only_its_own_files_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ops.local import state
+
+    monkeypatch.setenv("LOCAL_STATE_DIR", str(tmp_path))
+    running, second = state.Lock(), state.Lock()
+    running.acquire()
+    state.write({"pid": os.getpid(), "api_url": "http://127.0.0.1:3000/v1"})
+    with pytest.raises(state.StateDirBusy, match=r"already running from .* \(pid \d+, API http"):
+        second.acquire()
+    assert not second.held and state.read() is not None
+    running.release()
+    second.acquire()  # the kernel let it go
+    second.release()
+
+
+def test_a_killed_stacks_children_are_named_only_while_they_run_the_same_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ops.local import state
+
+    monkeypatch.setenv("LOCAL_STATE_DIR", str(tmp_path))
+    exited = subprocess.Popen(["true"])
+    exited.wait()
+    dead_stack = exited.pid  # a stack killed outright
+    me = os.getpid()
+    state.record_children(dead_stack, {me: "python", dead_stack: "redis-server :6390"})
+    assert state.leftovers() == {me: "python"}
+    state.record_children(dead_stack, {me: "redis-server :6390"})  # a reused pid
+    assert state.leftovers() == {}
+    state.record_children(me, {me: "python"})  # its stack still runs: nothing left over
+    assert state.leftovers() == {}
