@@ -4,12 +4,11 @@ Redis."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
 import pytest
-import redis
 
 from functions.api import app as api_app
 from functions.api.app import resolver as api_resolver
@@ -18,6 +17,7 @@ from ops.local.context import LambdaContext
 from ops.template import local_settings
 from tests.support import apigw
 from tests.support.clock import FakeClock
+from tests.support.real_parts import RedisTarget
 from timers.adapters import tenants
 from timers.adapters.failed_fires import DeliveryQueue
 from timers.core.failures import FailedFire
@@ -97,12 +97,14 @@ class Api:
 
 
 def make_api(
-    monkeypatch: pytest.MonkeyPatch, clock: FakeClock, redis_url: str, **settings: Any
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock, redis_at: str | RedisTarget, **settings: Any
 ) -> Api:
-    """The api handler on a flushed Redis; ``settings`` override the local stack's."""
-    conn = redis.Redis.from_url(redis_url, decode_responses=True)
+    """The api handler on a flushed Redis (a redis-server's URL, or a target: a Redis Cluster
+    in cluster mode); ``settings`` override the local stack's."""
+    target = redis_at if isinstance(redis_at, RedisTarget) else RedisTarget(redis_at, cluster=False)
+    conn = target.client()
     conn.flushall()
-    runtime = build_runtime(replace(SETTINGS, **settings), clock, redis_conn=conn)
+    runtime = build_runtime(target.settings(**settings), clock, redis_conn=conn)
     monkeypatch.setattr(api_resolver, "_runtime", runtime)
     sqs = boto3.client("sqs")
     keys, queues = {}, {}

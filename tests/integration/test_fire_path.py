@@ -22,13 +22,14 @@ import redis
 from tests.integration.api_harness import Api, make_api
 from tests.support.callbacks import drain
 from tests.support.clock import T0, FakeClock
+from tests.support.real_parts import RedisTarget
 from timers.core.times import parse_ms
 from timers.engine.fanout import POLL_MS, Fanout
 from timers.engine.migrate import run_migrator
 from timers.engine.trigger import SEND_GUARD_MS, RunMarker, run_trigger
 from timers.runtime import fanout_deps, migrator_deps, trigger_deps
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.real_parts]
 
 ON_TIME_MS = SEND_GUARD_MS + 2  # the guard plus the clock's resolution: nothing else
 
@@ -102,9 +103,11 @@ class World:
 
 @pytest.fixture
 def world(
-    aws: None, clock: FakeClock, redis_url: str, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[World]:
-    yield World(make_api(monkeypatch, clock, redis_url))
+    aws_tables: str | None, clock: FakeClock, redis_target: RedisTarget,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[World]:  # fmt: skip
+    """On a redis-server and moto, or (make test-real) a Redis Cluster and DynamoDB Local."""
+    yield World(make_api(monkeypatch, clock, redis_target))
 
 
 def test_a_flush_is_restored_within_seconds(world: World) -> None:

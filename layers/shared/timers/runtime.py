@@ -116,13 +116,13 @@ def redis_client(settings: Settings) -> Any:
         "decode_responses": True,
         "socket_timeout": timeout,
         "socket_connect_timeout": timeout,
-        "retry": Retry(ExponentialBackoff(cap=0.05, base=0.01), 1),
     }
-    if settings.redis_cluster:  # ElastiCache cluster mode and Serverless
-        return redis.RedisCluster.from_url(
-            settings.redis_url, cluster_error_retry_attempts=2, **options
-        )
-    return redis.Redis.from_url(settings.redis_url, **options)
+    if settings.redis_cluster:  # ElastiCache cluster mode and Serverless: a second try after a
+        # failover or a redirection (the slots are refreshed in between)
+        retry = Retry(ExponentialBackoff(cap=0.1, base=0.02), 2)
+        return redis.RedisCluster.from_url(settings.redis_url, retry=retry, **options)
+    retry = Retry(ExponentialBackoff(cap=0.05, base=0.01), 1)
+    return redis.Redis.from_url(settings.redis_url, retry=retry, **options)
 
 
 def redis_time_ms(client: Any) -> int:
