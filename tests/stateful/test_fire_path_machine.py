@@ -45,14 +45,17 @@ from hypothesis.stateful import (
 from tests.integration.api_harness import SETTINGS, Reply
 from tests.stateful.model import ModelTimer, Revision, payload_key
 from tests.stateful.world import Fault, Kill, World, injected
+from tests.support.real_parts import RedisTarget
 from timers.core.schedule import Plan, first_fire, is_recurring, next_fire, schedule_from_dict
 from timers.core.times import format_ms, parse_ms
 from timers.engine.trigger import HOOKS
 from timers.runtime import DAY_MS
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.real_parts]
 
 EXAMPLES = int(os.environ.get("TIMERS_MACHINE_EXAMPLES", "40"))
+REAL_PARTS_EXAMPLES = int(os.environ.get("TIMERS_MACHINE_REAL_PARTS_EXAMPLES", "12"))
+"""Fewer on the real parts: a failover or a lost shard takes seconds of real time."""
 PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)
 NO_SHRINK = PHASES[:-1]  # ops/check_reverts.py: a failure is all it needs to see
 SETTLE_MS = SETTINGS.lookahead_seconds * 1000 + 15_000
@@ -105,11 +108,13 @@ Bundle's size would differ between a test case and its replay)."""
 
 
 class FirePathMachine(RuleBasedStateMachine):
-    redis_url = ""
+    redis_at = RedisTarget("", cluster=False)
+    dynamodb: str | None = None  # DynamoDB Local's endpoint (make test-real), else moto
+    cluster: Any = None  # the Redis Cluster whose faults the cluster rules inflict
 
     def __init__(self) -> None:
         super().__init__()
-        self.world = World(self.redis_url)
+        self.world = World(self.redis_at, self.dynamodb, self.cluster)
         self.model = self.world.model
         self.anchors: dict[str, int] = {}  # timer id -> when its schedule was set
         self.owner: dict[str, str] = {}  # timer id -> tenant
@@ -465,6 +470,21 @@ class FirePathMachine(RuleBasedStateMachine):
         """The shard holding one bucket came back empty; the other bucket is untouched."""
         self.world.lose_bucket(bucket)
 
+    @rule(which=st.integers(0, 2))
+    def kill_a_master(self, which: int) -> None:
+        """(A Redis Cluster) a master dies and its replica takes over."""
+        self.world.kill_a_master(which)
+
+    @rule(bucket=st.sampled_from([0, 1]), runs_meanwhile=st.booleans())
+    def move_a_bucket(self, bucket: int, runs_meanwhile: bool) -> None:
+        """(A Redis Cluster) a reshard moves a bucket's slot, the service running meanwhile."""
+        self.world.move_a_bucket(bucket, runs_meanwhile)
+
+    @rule(which=st.integers(0, 2))
+    def lose_a_shard_for_real(self, which: int) -> None:
+        """(A Redis Cluster) a shard's master and replica come back empty."""
+        self.world.lose_a_shard_for_real(which)
+
     @rule()
     def a_replica_starts_lagging(self) -> None:
         """From here on the replica misses every write: what it holds is this snapshot."""
@@ -550,8 +570,15 @@ def _applied(view: dict[str, Any], body: dict[str, Any], sent_at: int) -> bool:
 
 
 @pytest.fixture
-def machine(redis_url: str) -> Iterator[type[FirePathMachine]]:
-    FirePathMachine.redis_url = redis_url
+def machine(
+    redis_target: RedisTarget, dynamodb_endpoint: str | None, request: pytest.FixtureRequest
+) -> Iterator[type[FirePathMachine]]:
+    """On a redis-server and moto, or (make test-real) a 3+3 Redis Cluster - with the rules
+    that kill a master, move a slot and lose a shard - and DynamoDB Local."""
+    FirePathMachine.redis_at = redis_target
+    FirePathMachine.dynamodb = dynamodb_endpoint
+    FirePathMachine.cluster = request.getfixturevalue("redis_cluster") if redis_target.cluster \
+        else None  # fmt: skip
     yield FirePathMachine
 
 
@@ -561,7 +588,7 @@ def test_the_fire_path_never_loses_duplicates_or_fires_early(
     run_state_machine_as_test(
         machine,
         settings=settings(
-            max_examples=EXAMPLES,
+            max_examples=REAL_PARTS_EXAMPLES if machine.cluster or machine.dynamodb else EXAMPLES,
             stateful_step_count=30,
             deadline=None,
             database=None,

@@ -36,9 +36,11 @@ from moto import mock_aws
 
 from ops import template
 from ops.aws_limits import ITEM_BYTES, aws_limits
+from ops.redis_cluster import LocalRedisCluster
 from tests.integration.api_harness import Api, make_api
 from tests.stateful.model import Model, Sent
 from tests.support.clock import T0, FakeClock
+from tests.support.real_parts import RedisTarget, dynamodb_at
 from timers.adapters import tenants
 from timers.core import timer as timer_core
 from timers.core.times import parse_ms
@@ -106,10 +108,20 @@ class InjectedRedisError(redis.ConnectionError):
     """A Redis command lost to an outage."""
 
 
+CLUSTER_WEATHER = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ClusterError,
+                   redis.exceptions.TryAgainError, redis.exceptions.MovedError,
+                   redis.exceptions.AskError, redis.exceptions.MasterDownError)  # fmt: skip
+"""What a Redis Cluster answers while it fails over or moves a slot: on the cluster tier these
+are the world's faults (a CROSSSLOT or a script error is not)."""
+cluster_faults = [False]  # set while the world runs on a Redis Cluster
+
+
 def injected(exc: BaseException | None) -> bool:
     """Whether an exception (or what caused it) is one the test injected."""
     while exc is not None:
         if isinstance(exc, Kill | InjectedTimeout | InjectedRedisError):
+            return True
+        if cluster_faults[0] and isinstance(exc, CLUSTER_WEATHER):
             return True
         if isinstance(exc, ClientError) and "injected" in str(exc):
             return True
@@ -198,24 +210,37 @@ class RedisOutage:
     @contextmanager
     def installed(self) -> Iterator[None]:
         outage = self
-        command, execute = redis.Redis.execute_command, redis.client.Pipeline.execute
+        clients = (redis.Redis, redis.RedisCluster)
+        pipelines = (redis.client.Pipeline, redis.cluster.ClusterPipeline)
+        commands = [c.execute_command for c in clients]
+        executes = [p.execute for p in pipelines]
 
-        def failing_command(client: Any, *args: Any, **options: Any) -> Any:
-            outage._fail()
-            return command(client, *args, **options)
-
-        def failing_execute(pipe: Any, *args: Any, **kw: Any) -> Any:
-            if pipe.command_stack:
+        def failing(command: Callable[..., Any]) -> Callable[..., Any]:
+            def failing_command(client: Any, *args: Any, **options: Any) -> Any:
                 outage._fail()
-            return execute(pipe, *args, **kw)
+                return command(client, *args, **options)
 
-        redis.Redis.execute_command = failing_command  # type: ignore[method-assign]
-        redis.client.Pipeline.execute = failing_execute  # type: ignore[method-assign]
+            return failing_command
+
+        def failing_pipeline(execute: Callable[..., Any]) -> Callable[..., Any]:
+            def failing_execute(pipe: Any, *args: Any, **kw: Any) -> Any:
+                if pipe.command_stack:
+                    outage._fail()
+                return execute(pipe, *args, **kw)
+
+            return failing_execute
+
+        for cls, command in zip(clients, commands, strict=True):
+            cls.execute_command = failing(command)  # type: ignore[method-assign]
+        for pipeline, execute in zip(pipelines, executes, strict=True):
+            pipeline.execute = failing_pipeline(execute)  # type: ignore[method-assign]
         try:
             yield
         finally:
-            redis.Redis.execute_command = command  # type: ignore[method-assign]
-            redis.client.Pipeline.execute = execute  # type: ignore[method-assign]
+            for cls, command in zip(clients, commands, strict=True):
+                cls.execute_command = command  # type: ignore[method-assign]
+            for pipeline, execute in zip(pipelines, executes, strict=True):
+                pipeline.execute = execute  # type: ignore[method-assign]
 
 
 def claim_item_limit(table: str, item: Mapping[str, Any]) -> int:
@@ -301,8 +326,15 @@ class RunOutcome:
 class World:
     """One fresh service per example (moto, Redis, tables, tenants), driven step by step."""
 
-    def __init__(self, redis_url: str) -> None:
+    def __init__(
+        self, redis_at: RedisTarget, dynamodb: str | None = None,
+        cluster: LocalRedisCluster | None = None,
+    ) -> None:  # fmt: skip
+        """On a redis-server and moto; or a Redis Cluster (``cluster``: the faults that hurt
+        it) and DynamoDB Local (``dynamodb``: its endpoint)."""
         self._stack = ExitStack()
+        self.cluster = cluster
+        cluster_faults[0] = cluster is not None
         self.clock = FakeClock()
         self.model = Model()
         self.faults = Faults()
@@ -313,12 +345,15 @@ class World:
         self.next_migration = self.clock() // 60_000 * 60_000 + 60_000  # EventBridge's minutes
         stack = self._stack
         stack.enter_context(mock_aws())
-        stack.enter_context(aws_limits(claim_item_limit))
-        template.create_tables(boto3.client("dynamodb"))
         monkeypatch = stack.enter_context(pytest.MonkeyPatch.context())
+        if dynamodb is None:
+            stack.enter_context(aws_limits(claim_item_limit))
+            template.create_tables(boto3.client("dynamodb"))
+        else:  # its own limits; claim items are small by CLAIM_CAP alone
+            stack.enter_context(dynamodb_at(dynamodb, monkeypatch))
         ids = itertools.count()  # timer ids (so partitions and buckets) the same on a replay
         monkeypatch.setattr(timer_core, "new_timer_id", lambda: f"tmr_{next(ids):024d}")
-        self.api: Api = make_api(monkeypatch, self.clock, redis_url, bucket_count=BUCKETS)
+        self.api: Api = make_api(monkeypatch, self.clock, redis_at, bucket_count=BUCKETS)
         tenants.set_spread("acme", 1)  # one partition: hot seconds in one claim item
         for name in ("acme", "globex"):  # the test reads a lot in one millisecond
             tenants.set_rate_limit(name, 1_000_000)
@@ -329,7 +364,7 @@ class World:
         self.claims.cap = CLAIM_CAP
         self._last_claimed: list[str | None] = [None]
         spy_on_claims(self.claims, self.clock, self.model.claimed, self._last_claimed)
-        self.redis: redis.Redis = self.api.runtime.redis
+        self.redis: Any = self.api.runtime.redis
         self.index = self.wiring.index
         self.markers: dict[str, int] = {}  # run marker key -> when it expires, on our clock
         self._expire_markers_on_our_clock()
@@ -339,7 +374,13 @@ class World:
         self.snapshot: dict[str, bytes] = {}  # what a lagging replica holds
 
     def close(self) -> None:
-        self._stack.close()
+        try:
+            if self.cluster is not None:  # the next example starts on a whole cluster
+                for port in self.cluster.dead_ports():
+                    self.cluster.replace(port)
+        finally:
+            cluster_faults[0] = False
+            self._stack.close()
 
     @contextmanager
     def observing(self) -> Iterator[None]:
@@ -534,8 +575,44 @@ class World:
 
     def flushall(self) -> None:
         """A failover to an empty replica."""
+        if self.cluster is not None:  # on each master (a client's view may be a failover old)
+            self.cluster.flush_all()
+            return
         with self.observing():
             self.redis.flushall()
+
+    # ------------------------------------------------------------ a Redis Cluster's faults
+
+    def kill_a_master(self, which: int) -> None:
+        """A master dies: the fan-out's peeks fail for its buckets while its replica takes over
+        (writes it had not replicated are lost), then the node comes back as a replica."""
+        if self.cluster is None:
+            return
+        port = self.cluster.masters()[which % len(self.cluster.masters())]
+        self.cluster.kill(port)
+        self.poll()
+        self.cluster.wait_settled()
+        self.cluster.replace(port)
+
+    def move_a_bucket(self, bucket: int, runs_meanwhile: bool) -> None:
+        """A reshard moves a bucket's slot to another master; with ``runs_meanwhile`` the
+        service runs while the slot is half moved (ASK, TRYAGAIN)."""
+        if self.cluster is None:
+            return
+        slot = self.cluster.slot_of(keys.due(bucket))
+        owner = self.cluster.owner(slot)
+        target = next(p for p in self.cluster.masters() if p != owner)
+        with self.cluster.migrating(slot, target) as migration:
+            if runs_meanwhile:
+                migration.move_keys(1)
+                self.run(1_000)
+
+    def lose_a_shard_for_real(self, which: int) -> None:
+        """A shard's master and replica come back empty (a flush of one shard otherwise)."""
+        if self.cluster is None:
+            self.lose_bucket(which % self.index.bucket_count)
+            return
+        self.cluster.lose_shard(self.cluster.masters()[which % len(self.cluster.masters())])
 
     def lose_bucket(self, bucket: int) -> None:
         """A shard's data lost (it came back empty): that bucket's keys are gone, no other."""
