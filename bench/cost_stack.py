@@ -62,13 +62,13 @@ from tests.support.clock import FakeClock  # noqa: E402
 from tests.support.serialized import one_call_at_a_time  # noqa: E402
 from tests.support.webhook_server import WebhookServer  # noqa: E402
 from timers.adapters import http_target, idempotency, tenants, timers_table  # noqa: E402
+from timers.adapters.delivery_records import DeliveryRecords  # noqa: E402
 from timers.adapters.failed_fires import FailedFireStore  # noqa: E402
 from timers.adapters.target_slots import TargetSlots  # noqa: E402
 from timers.core.webhooks import Attempt  # noqa: E402
 from timers.delivery import DeliveryDeps, Message, dead_letter_body, requeue_body  # noqa: E402
 from timers.engine import keys  # noqa: E402
 from timers.engine.fanout import POLL_MS, Fanout  # noqa: E402
-from timers.engine.log import FireLog  # noqa: E402
 from timers.runtime import build_runtime, fanout_deps, migrator_deps, trigger_deps  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -274,8 +274,8 @@ class Stack:
                              **requeue_body(message, delay_s))  # fmt: skip
 
         self.delivery_deps = DeliveryDeps(
-            records=FireLog(settings.claims_table, settings.fire_retention_days,
-                            clients["records"]),
+            records=DeliveryRecords(settings.claims_table, settings.fire_retention_days,
+                                    clients["records"]),
             slots=TargetSlots(settings.claims_table, settings.webhook_target_concurrency,
                               settings.webhook_tenant_concurrency, clients["slots"]),
             secrets=delivery_app._SecretCache(),

@@ -28,6 +28,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 
 from timers.adapters import http_target, tenants
+from timers.adapters.delivery_records import DeliveryRecords
 from timers.adapters.failed_fires import FailedFireStore
 from timers.adapters.target_slots import TargetSlots
 from timers.config import Settings
@@ -41,7 +42,6 @@ from timers.delivery import (
     settle_batch,
     summary,
 )
-from timers.engine.log import FireLog
 from timers.runtime import bind_tables, wall_clock_ms
 
 logger = Logger()
@@ -99,7 +99,7 @@ def deps() -> DeliveryDeps:
         sqs().send_message(QueueUrl=queue, **requeue_body(message, delay_s))
 
     return DeliveryDeps(
-        records=FireLog(settings_.claims_table, settings_.fire_retention_days, dynamodb),
+        records=DeliveryRecords(settings_.claims_table, settings_.fire_retention_days, dynamodb),
         slots=TargetSlots(
             settings_.claims_table,
             per_origin=settings_.webhook_target_concurrency,

@@ -130,7 +130,7 @@ def seed_failed_fire(api: Api, timer_id: str, fire_id: str) -> None:
     sent = Entry(state="d", rev=timer.rev, n=1, enqueued=due, hook=True)
     assert claims.claim(ref[0], {ref[1]: sent})
     failed = DeliveryState(1, due, due, 400, failed="http 400", failed_ms=due + 5)
-    assert claims.write_delivery(ref, failed, None)
+    assert api.runtime.service.deliveries.write_delivery(ref, failed, None)
     api.runtime.failures.failures.put(
         FailedFire(
             tenant="acme", fire_id=fire_id, timer_id=timer_id, reason="http 400",

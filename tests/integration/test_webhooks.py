@@ -94,7 +94,7 @@ class Delivery:
         dynamodb = one_call_at_a_time(boto3.client("dynamodb"))
         self.slots = TargetSlots(SETTINGS.claims_table, 8, 16, dynamodb)
         self.deps = DeliveryDeps(
-            records=the_rig.log,
+            records=the_rig.api.runtime.service.deliveries,
             slots=self.slots,
             secrets=lambda tenant: tenants.signing_secrets(tenant, the_rig.clock()),
             post=post,
@@ -1053,7 +1053,7 @@ def test_a_redelivery_killed_at_any_step_loses_nothing_and_a_retry_finishes_it(
     def killed(*args: Any) -> bool:
         raise RuntimeError("killed after the send")
 
-    monkeypatch.setattr(failures.log, "reopen_delivery", killed)
+    monkeypatch.setattr(failures.records, "reopen_delivery", killed)
     assert d.redeliver(ids[1], after_send).status == 500
     assert d.history(ids[1])[0]["status"] == "failed"  # not reopened by the api ...
     while got := d.receive():

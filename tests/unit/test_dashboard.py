@@ -168,7 +168,7 @@ def drive_fanout(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def drive_migrator(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(migrator_app, "deps", lambda: None)
+    monkeypatch.setattr(migrator_app, "deps", lambda: SimpleNamespace(clock=lambda: 1_000))
     monkeypatch.setattr(migrator_app, "run_migrator", lambda *_: busy(MigrationReport))
     migrator_app.handler({}, LambdaContext(function_name="migrator"))
 

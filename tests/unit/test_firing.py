@@ -6,12 +6,10 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-import pytest
-
 from tests.support.clock import T0
 from timers.core import timer as timers
 from timers.core.schedule import AtSchedule
-from timers.engine.trigger import ClockSync, lag_bucket
+from timers.engine.trigger import ClockSync
 from timers.sending import callback_body
 
 
@@ -46,15 +44,6 @@ def test_a_step_of_the_host_wall_clock_does_not_move_the_lower_bound() -> None:
     assert sync.lower() <= reference[0] <= sync.now()
     sync.measure()  # the next measure sees the wall clock is broken: nothing is sent
     assert not sync.trusted
-
-
-@pytest.mark.parametrize(
-    ("lag", "bucket"),
-    [(0, "on_time"), (100, "on_time"), (101, "le_200ms"), (200, "le_200ms"), (600, "le_600ms"),
-     (601, "le_1s"), (1_000, "le_1s"), (2_000, "le_2s"), (2_001, "gt_2s"), (60_000, "gt_2s")],
-)  # fmt: skip
-def test_lag_bucket(lag: int, bucket: str) -> None:
-    assert lag_bucket(lag) == bucket
 
 
 def test_callback_body_embeds_the_stored_payload_verbatim() -> None:

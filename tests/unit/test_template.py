@@ -249,7 +249,7 @@ def _templated_tables(templates: list[dict[str, Any]]) -> set[str]:
 def test_the_internet_facing_delivery_function_gets_and_updates_claims_and_nothing_more() -> None:
     templates, statements = _statements(FUNCTIONS["DeliveryFunction"])
     assert _templated_tables(templates) == set()  # no SAM policy template on any table
-    # FireLog.read_delivery (GetItem), write_delivery and TargetSlots (UpdateItem).
+    # DeliveryRecords.read_delivery (GetItem), write_delivery and TargetSlots (UpdateItem).
     assert _on(statements, "ClaimsTable") == {"dynamodb:GetItem", "dynamodb:UpdateItem"}
     assert _on(statements, "TenantsTable") == {"dynamodb:GetItem"}  # signing secrets
     # FailedFireStore.put: it records failures, and never reads or changes another's.

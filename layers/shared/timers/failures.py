@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from timers.adapters.delivery_records import DeliveryRecords
 from timers.adapters.failed_fires import FailedFireStore
 from timers.adapters.tenants import Tenant
 from timers.adapters.timers_table import TimerStore
@@ -43,6 +44,7 @@ class FailedFireService:
     failures: FailedFireStore
     timers: TimerStore
     log: FireLog
+    records: DeliveryRecords
     delivery_queue: Sender
     clock: Callable[[], int]
 
@@ -140,7 +142,7 @@ class FailedFireService:
             raise NotFound(f"no fire {fire_id!r} of timer {timer.id!r}")
         if not entry.hook:
             raise InvalidState("only fires of HTTP targets (webhooks) can be redelivered")
-        state = self.log.read_delivery(ref)
+        state = self.records.read_delivery(ref)
         if state is None or state.failed is None or state.failed_ms is None:
             shown = "delivered" if state and state.delivered_ms is not None else "not failed"
             raise InvalidState(f"fire {fire_id!r} is {shown}: only a failed fire is redelivered")
@@ -152,7 +154,7 @@ class FailedFireService:
         if timer.webhook is not None:  # its target now: the user may have fixed the URL
             attributes["target"] = timer.webhook.to_json()
         self.delivery_queue.send(record.body, attributes)
-        self.log.reopen_delivery(ref, state.reopened(stamp), state)
+        self.records.reopen_delivery(ref, state.reopened(stamp), state)
         return failed_fire_view(record, timer.name)
 
     def _marked(self, record: FailedFire) -> tuple[FailedFire, int]:

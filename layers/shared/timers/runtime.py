@@ -21,6 +21,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from timers.adapters import idempotency, tenants, timers_table
+from timers.adapters.delivery_records import DeliveryRecords
 from timers.adapters.failed_fires import DeliveryQueue, FailedFireStore
 from timers.adapters.ratelimit import RateLimiter
 from timers.adapters.tenants import CachedAuthenticator
@@ -272,8 +273,10 @@ def build_runtime(
     """The api's: its service over the fire path's stores, and its failed-fires service."""
     w = wire(settings or Settings.from_env(), clock, redis_conn)
     s = w.settings
+    deliveries = DeliveryRecords(s.claims_table, s.fire_retention_days)
     service = TimerService(
         w.changes,
+        deliveries,
         idempotency.IdempotencyStore(),
         clock,
         allow_loopback_targets=s.timers_allow_loopback_targets,
@@ -282,6 +285,7 @@ def build_runtime(
         failures=FailedFireStore(s.failed_fires_table, s.fire_retention_days),
         timers=w.timers,
         log=w.log,
+        records=deliveries,
         delivery_queue=DeliveryQueue(s.delivery_queue_url),
         clock=clock,
     )

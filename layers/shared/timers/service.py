@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from timers.adapters.delivery_records import DeliveryRecords
 from timers.adapters.idempotency import IdempotencyRecord, IdempotencyStore
 from timers.adapters.tenants import Tenant
 from timers.core import timer as timers
@@ -35,7 +36,7 @@ from timers.core.times import format_ms
 from timers.core.views import fire_view, timer_view
 from timers.core.webhooks import Webhook, validate_target
 from timers.engine.changes import Changes
-from timers.engine.entries import partition_for, resolved
+from timers.engine.entries import entry_ref, partition_for, resolved
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ class TimerSpec:
 @dataclass
 class TimerService:
     changes: Changes
+    deliveries: DeliveryRecords
     idempotency: IdempotencyStore
     clock: Clock
     allow_loopback_targets: bool = False  # the local stack only (TIMERS_ALLOW_LOOPBACK_TARGETS)
@@ -280,11 +282,15 @@ class TimerService:
         scope = f"fires:{timer_id}"
         before = decode_cursor(cursor, tenant, scope)
         newest = at.pos if at.pending is not None else timer.last_fire_pos
-        fires, more = self.changes.fires(
-            timer, int(before) if before is not None else newest, limit
-        )
+        start = int(before) if before is not None else newest
+        fires, more = self.changes.fires(timer, start, limit)
+        refs = {pos: entry_ref(timer.partition, timer.id, pos) for pos, e in fires if e.hook}
+        records = self.deliveries.read_deliveries(refs.values()) if refs else {}
         return {
-            "items": [fire_view(timer.id, pos, entry, record) for pos, entry, record in fires],
+            "items": [
+                fire_view(timer.id, pos, entry, records.get(refs[pos]) if pos in refs else None)
+                for pos, entry in fires
+            ],
             "next_cursor": encode_cursor(None if more is None else str(more), tenant, scope),
         }
 

@@ -18,7 +18,6 @@ from timers.core.errors import ConcurrentUpdate, FieldError, InvalidInput, NotFo
 from timers.core.schedule import is_recurring, next_fire
 from timers.core.timer import Timer, with_cursor
 from timers.core.times import format_ms
-from timers.core.webhooks import DeliveryState
 from timers.engine.entries import (
     Cursor,
     Entry,
@@ -131,13 +130,10 @@ class Changes:
 
     def fires(
         self, timer: Timer, start: int | None, limit: int
-    ) -> tuple[list[tuple[int, Entry, DeliveryState | None]], int | None]:
-        """Up to ``limit`` fires newest first from ``start``, with HTTP fires' delivery records;
-        and where to go on."""
+    ) -> tuple[list[tuple[int, Entry]], int | None]:
+        """Up to ``limit`` fires newest first from ``start``; and where to go on."""
         [(found, more)] = drive([history(timer.partition, timer.id, start, limit)], self.log.read)
-        refs = {pos: entry_ref(timer.partition, timer.id, pos) for pos, e in found if e.hook}
-        records = self.log.read_deliveries(refs.values()) if refs else {}
-        return [(pos, e, records.get(refs[pos]) if pos in refs else None) for pos, e in found], more
+        return found, more
 
     # ---------------------------------------------------------------- change
 

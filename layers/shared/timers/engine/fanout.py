@@ -22,13 +22,13 @@ import json
 import logging
 import math
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from timers.engine import keys
-from timers.engine.index import Peek
+from timers.engine.index import BucketIndex, Peek
 
 logger = logging.getLogger(__name__)
 
@@ -54,19 +54,9 @@ MAX_RUN_MS = 70_000  # a minute plus slack: the next run overlaps this one
 STOP_MARGIN_MS = 5_000
 
 
-class DispatchIndex(Protocol):
-    bucket_count: int
-
-    def peek(self, buckets: Sequence[int], until: int) -> Mapping[int, Peek | Exception]: ...
-    def start_run(self, bucket: int, slot: int, token: str, ttl_ms: int) -> bool: ...
-    def end_run(self, bucket: int, slot: int, token: str) -> bool: ...
-    def swap_field(self, bucket: int, name: str, expected: str | None, new: str) -> bool: ...
-    def set_field(self, bucket: int, name: str, value: str | int) -> None: ...
-
-
 @dataclass(frozen=True)
 class FanoutDeps:
-    index: DispatchIndex
+    index: BucketIndex
     invoke: Callable[..., Any]  # boto3 Lambda client's ``invoke`` (or a test's recorder)
     trigger_function: str
     migrator_function: str  # asked to restore a lost bucket

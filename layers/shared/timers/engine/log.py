@@ -13,7 +13,8 @@ change an existing entry (record, takeover, adoption, release) are allowed in se
 **Entries only move forward** (R1): nothing here removes one. A run that gives work back
 releases its claims (valid until 0). Reads fetch whole items (a projection naming each wanted
 entry of 100 items outgrew DynamoDB's 4 KB expression limit; a read costs the item's size
-either way). An HTTP fire's delivery record is a small item of its own (``w/<root>/<entry>``).
+either way). An HTTP fire's delivery record is the delivery function's, in an item of its own
+(timers.adapters.delivery_records).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from botocore.exceptions import ClientError
 
 from timers.adapters.dynamodb import LowLevelClient, condition_failed
 from timers.core.errors import ConcurrentUpdate
-from timers.core.webhooks import DeliveryState
 from timers.engine.entries import Entry, EntryRef
 
 CHUNK = 50
@@ -40,7 +40,7 @@ MAX_DEPTH = 16  # hex digits of the timer hash
 BATCH_GET = 100  # keys per BatchGetItem
 TTL = "expires_at"
 TTL_MARGIN_S = 86_400  # fire-log items outlive the timers they count by a day
-SEALED, COUNT, DELIVERY = "sl", "c", "w"
+SEALED, COUNT = "sl", "c"
 SEALED_KNOWN = 1_024  # sealed items whose names a store remembers (only saves failed writes)
 
 Fields = Mapping[str, tuple[str, str]]  # dataclass field -> (map key, DynamoDB type)
@@ -57,16 +57,6 @@ ENTRY_FIELDS: Fields = {
     "next": ("nx", "N"),
     "end": ("e", "BOOL"),
     "hook": ("h", "BOOL"),
-}
-DELIVERY_FIELDS: Fields = {
-    "attempts": ("a", "N"),
-    "first_ms": ("t0", "N"),
-    "last_ms": ("t", "N"),
-    "last_status": ("ls", "N"),
-    "last_error": ("le", "S"),
-    "delivered_ms": ("dv", "N"),
-    "failed": ("x", "S"),
-    "failed_ms": ("xt", "N"),
 }
 
 
@@ -91,13 +81,6 @@ def from_map(value: Mapping[str, Any], fields: Fields = ENTRY_FIELDS) -> dict[st
 
 def to_entry(value: Mapping[str, Any]) -> Entry:
     return Entry(**from_map(value))
-
-
-def delivery_key(ref: EntryRef) -> str:
-    """An HTTP fire's delivery record: named by the root of the entry's path (no locate), ~1
-    WRU a write where an attribute of the claim item cost its whole size."""
-    root = "/".join(ref[0].split("/", 2)[:2])
-    return f"w/{root}/{ref[1]}"
 
 
 def child_key(key: str, name: str) -> str:
@@ -347,56 +330,6 @@ class FireLog(LowLevelClient):
             condition,
             {"#e0": ref[1], **names},
             {**values, ":v0": to_map(adopted)},
-        )
-
-    # ---------------------------------------------------------------- delivery records
-
-    def read_deliveries(self, refs: Iterable[EntryRef]) -> dict[EntryRef, DeliveryState]:
-        homes = {ref: delivery_key(ref) for ref in refs}
-        items = self._items(set(homes.values()), consistent=False)
-        return {
-            ref: DeliveryState(**from_map(items[key][DELIVERY], DELIVERY_FIELDS))
-            for ref, key in homes.items()
-            if DELIVERY in items.get(key, {})
-        }
-
-    def read_delivery(self, ref: EntryRef) -> DeliveryState | None:
-        value = self._attribute(delivery_key(ref), DELIVERY)
-        return None if value is None else DeliveryState(**from_map(value, DELIVERY_FIELDS))
-
-    def write_delivery(
-        self, ref: EntryRef, state: DeliveryState, previous: DeliveryState | None
-    ) -> bool:
-        """Store a delivery record only over the one read before: two copies of a message
-        handled at once cannot both count their attempt as the same one."""
-        condition, names, values = "attribute_not_exists(#w)", {"#w": DELIVERY}, {}
-        if previous is not None:
-            condition, names = "#w.#a = :prev", {"#w": DELIVERY, "#a": "a"}
-            values = {":prev": {"N": str(previous.attempts)}}
-        return self._write(
-            delivery_key(ref),
-            f"SET #w = :v, {TTL} = if_not_exists({TTL}, :ttl)",
-            condition,
-            names,
-            {
-                **values,
-                ":v": to_map(state, DELIVERY_FIELDS),
-                ":ttl": {"N": str(self.expires_at(ref[0]))},
-            },
-        )
-
-    def reopen_delivery(self, ref: EntryRef, state: DeliveryState, failed: DeliveryState) -> bool:
-        """A redelivered fire's record (pending again), only over the very failure it reopens."""
-        return self._write(
-            delivery_key(ref),
-            "SET #w = :v",
-            "#w.#a = :a AND #w.#xt = :xt",
-            {"#w": DELIVERY, "#a": "a", "#xt": "xt"},
-            {
-                ":v": to_map(state, DELIVERY_FIELDS),
-                ":a": {"N": str(failed.attempts)},
-                ":xt": {"N": str(failed.failed_ms or 0)},
-            },
         )
 
     # ---------------------------------------------------------------- plumbing

@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-from timers.adapters.timers_table import MissingPayload
+from timers.adapters.timers_table import MissingPayload, TimerStore
 from timers.core.schedule import is_recurring
 from timers.core.timer import Timer
 from timers.engine import keys
@@ -49,16 +49,10 @@ RETRY_S = 0.5
 Verdict = Literal["alive", "dead", "missing"]
 
 
-class TimerPort(Protocol):
-    def get_many(self, keys: Any, consistent: bool = True) -> dict[tuple[str, str], Timer]: ...
-    def complete(self, timer: Timer, n: int, last: int | None, expires_ms: int) -> bool: ...
-    def settle_owed(self, timer: Timer) -> bool: ...
-
-
 @dataclass(frozen=True)
 class MigratorDeps:
     index: BucketIndex
-    timers: TimerPort
+    timers: TimerStore
     log: FireLog
     wake: WakeStore
     checkpoints: Checkpoints
@@ -248,7 +242,7 @@ def restore(
 
 
 def _read_timers(
-    timers: TimerPort, wanted: list[tuple[str, str]]
+    timers: TimerStore, wanted: list[tuple[str, str]]
 ) -> tuple[dict[tuple[str, str], Timer], int]:
     """The timers, and how many could not be read whole: one whose payload item is gone is
     never sent with a made-up payload, and must not keep the others of its bucket from Redis."""

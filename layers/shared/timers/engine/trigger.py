@@ -25,16 +25,18 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from timers.adapters.timers_table import TimerStore
 from timers.core.schedule import is_recurring
 from timers.core.timer import Timer
+from timers.engine.changes import Checkpoints
 from timers.engine.entries import (
     LAPSE_MARGIN_MS,
     Entry,
@@ -50,7 +52,7 @@ from timers.engine.entries import (
     step,
     successor,
 )
-from timers.engine.index import Card, Leased
+from timers.engine.index import BucketIndex, Card
 from timers.engine.log import CHUNK, MAX_DEPTH, FireLog, chunks
 from timers.sending import Delivery, Sender, SqsPort
 
@@ -77,48 +79,14 @@ ITEM_WORKERS = 8  # fire-log items claimed in parallel (one item's chunks go in 
 
 Hook = Literal["leased", "claimed", "sent", "recorded", "checkpointed", "finished"]
 HOOKS: tuple[Hook, ...] = ("leased", "claimed", "sent", "recorded", "checkpointed", "finished")
-LAG_BUCKETS = (
-    (100, "on_time"),
-    (200, "le_200ms"),
-    (600, "le_600ms"),
-    (1_000, "le_1s"),
-    (2_000, "le_2s"),
-)
-
-
-def lag_bucket(lag_ms: int) -> str:
-    return next((name for limit, name in LAG_BUCKETS if lag_ms <= limit), "gt_2s")
-
-
-class TriggerIndex(Protocol):
-    def lease(
-        self, bucket: int, until: int, lease_end: int, limit: int, scan: int = 0
-    ) -> Leased: ...
-    def settle(self, bucket: int, moves: Sequence[tuple[Card, Card | None, int]]) -> int | None: ...
-    def release(self, bucket: int, scores: Mapping[Card, int]) -> int | None: ...
-    def touch_run(self, bucket: int, slot: int, token: str, ttl_ms: int) -> bool: ...
-    def end_run(self, bucket: int, slot: int, token: str) -> bool: ...
-
-
-class TimerPort(Protocol):
-    def get_many(
-        self, keys: Iterable[tuple[str, str]], consistent: bool = True
-    ) -> dict[tuple[str, str], Timer]: ...
-
-
-class CheckpointPort(Protocol):
-    """``timers.engine.changes.Checkpoints``: a listing first, then the timer (R3, R4)."""
-
-    def move(self, timer: Timer, pos: int, n: int, last: int | None) -> bool: ...
-    def complete(self, timer: Timer, n: int, last: int | None, expires_ms: int) -> bool: ...
 
 
 @dataclass
 class TriggerDeps:
-    index: TriggerIndex
+    index: BucketIndex
     log: FireLog
-    timers: TimerPort
-    checkpoints: CheckpointPort
+    timers: TimerStore
+    checkpoints: Checkpoints  # a listing first, then the timer (R3, R4)
     sqs: SqsPort
     clock: Callable[[], int]  # this host's clock, epoch ms
     reference: Callable[[], int]  # the reference clock (Redis TIME), epoch ms
@@ -150,9 +118,6 @@ class TriggerReport:
     unrecorded: int = 0  # sent and not recorded as ours: sent again by whoever finishes it
     lags_ms: list[int] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # "<fire id>: <reason>"
-
-    def lag_buckets(self) -> Counter[str]:
-        return Counter(lag_bucket(lag) for lag in self.lags_ms)
 
     def summary(self) -> dict[str, int]:
         return {
