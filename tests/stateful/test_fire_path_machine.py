@@ -538,6 +538,9 @@ class FirePathMachine(RuleBasedStateMachine):
         self.world.faults.new_step()
         if os.environ.get("TIMERS_MACHINE_SHOW_CALLS"):
             print(f"most DynamoDB calls in a step: {self.world.faults.most}", file=sys.stderr)
+        if os.environ.get("TIMERS_MACHINE_SHOW_FAULTS") and self.world.cluster_faults:
+            print(f"cluster faults: {self.world.cluster_faults}", file=sys.stderr)
+            self.world.cluster_faults = []
 
     @rule()
     def settle(self) -> None:

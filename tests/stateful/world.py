@@ -372,6 +372,7 @@ class World:
         self.migrator = migrator_deps(self.wiring, sleep=lambda _: None)  # retries at once
         self.fanout = Fanout(fanout_deps(self.wiring, self._invoke, self.clock, self._sleep))
         self.snapshot: dict[str, bytes] = {}  # what a lagging replica holds
+        self.cluster_faults: list[str] = []  # what the cluster rules did (TIMERS_MACHINE_SHOW)
 
     def close(self) -> None:
         try:
@@ -589,6 +590,7 @@ class World:
         if self.cluster is None:
             return
         port = self.cluster.masters()[which % len(self.cluster.masters())]
+        self.cluster_faults.append(f"killed master {port}")
         self.cluster.kill(port)
         self.poll()
         self.cluster.wait_settled()
@@ -602,6 +604,7 @@ class World:
         slot = self.cluster.slot_of(keys.due(bucket))
         owner = self.cluster.owner(slot)
         target = next(p for p in self.cluster.masters() if p != owner)
+        self.cluster_faults.append(f"moved bucket {bucket} to {target}")
         with self.cluster.migrating(slot, target) as migration:
             if runs_meanwhile:
                 migration.move_keys(1)
@@ -612,7 +615,9 @@ class World:
         if self.cluster is None:
             self.lose_bucket(which % self.index.bucket_count)
             return
-        self.cluster.lose_shard(self.cluster.masters()[which % len(self.cluster.masters())])
+        port = self.cluster.masters()[which % len(self.cluster.masters())]
+        self.cluster_faults.append(f"lost shard {port}")
+        self.cluster.lose_shard(port)
 
     def lose_bucket(self, bucket: int) -> None:
         """A shard's data lost (it came back empty): that bucket's keys are gone, no other."""
