@@ -16,6 +16,7 @@ from tests.integration.api_harness import Api, Reply, make_api, seed_failed_fire
 from tests.support import apigw
 from tests.support.chains import fire
 from tests.support.clock import T0, FakeClock
+from tests.support.real_parts import RedisTarget
 from timers.adapters import tenants
 from timers.core.times import format_ms
 
@@ -652,6 +653,32 @@ def test_list_paginates_with_opaque_cursors(api: Api) -> None:
         if cursor is None:
             break
     assert sorted(seen) == sorted(ids)
+
+
+@pytest.fixture
+def api_on_tables(
+    aws_tables: str | None, clock: FakeClock, redis_target: RedisTarget,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Api]:  # fmt: skip
+    """The api on moto, or (make test-real) on DynamoDB Local and a Redis Cluster."""
+    yield make_api(monkeypatch, clock, redis_target)
+
+
+@pytest.mark.real_parts
+@pytest.mark.parametrize("big", [False, True])
+def test_a_page_that_ends_the_listing_has_no_cursor(api_on_tables: Api, big: bool) -> None:
+    """Exactly ``limit`` timers: DynamoDB answers a LastEvaluatedKey all the same (moto does
+    not), which sent the client for an empty page; the last timer's payload item follows it."""
+    api = api_on_tables
+    payload = {"big": "x" * 2_000} if big else 1
+    for _ in range(2):
+        api.create(**bad(payload=payload))
+    page = api.call("GET", "/v1/timers", query={"limit": "2"}).body
+    assert len(page["items"]) == 2 and page["next_cursor"] is None
+    first = api.call("GET", "/v1/timers", query={"limit": "1"}).body
+    assert first["next_cursor"] is not None
+    rest = api.call("GET", "/v1/timers", query={"limit": "1", "cursor": first["next_cursor"]}).body
+    assert len(rest["items"]) == 1 and rest["next_cursor"] is None
 
 
 def test_list_filters_by_status(api: Api) -> None:

@@ -215,15 +215,14 @@ class TimerStore(LowLevelClient):
 
     def page(self, tenant: str, after_id: str | None, limit: int) -> tuple[list[Timer], str | None]:
         """A tenant's timers by id after ``after_id``, from the next ``limit`` items read; and
-        the id to continue after (None: the listing ended). Payload items and expired timers
-        count as read, so a page may be short or empty while more follow."""
-        start = {"tenant": {"S": tenant}, "timer_id": {"S": after_id}} if after_id else None
-        results = TimerItem.query(
-            tenant, limit=limit, last_evaluated_key=start, consistent_read=True
-        )
-        read = list(results)
-        items = [i for i in read if PAYLOAD_SUFFIX not in i.timer_id and self._live(i)]
-        more = read[-1].timer_id if read and results.last_evaluated_key is not None else None
+        the id to continue after (None: nothing follows). Payload items and expired timers
+        count as read, so a page may be short while more follow."""
+        read = self._ids_after(tenant, after_id, limit + 1)
+        page, beyond = read[:limit], read[limit:]
+        if beyond and PAYLOAD_SUFFIX in beyond[0].timer_id:  # the last timer's own payload
+            beyond = self._ids_after(tenant, beyond[0].timer_id, 1)
+        more = page[-1].timer_id if beyond else None  # no trailing empty page when it ends
+        items = [i for i in page if PAYLOAD_SUFFIX not in i.timer_id and self._live(i)]
         full = self.get_many([(i.tenant, i.timer_id) for i in items if i.payload is None])
         timers = [
             t
@@ -231,6 +230,11 @@ class TimerStore(LowLevelClient):
             if (t := full.get((i.tenant, i.timer_id)) if i.payload is None else to_timer(i))
         ]
         return timers, more
+
+    def _ids_after(self, tenant: str, after_id: str | None, limit: int) -> list[TimerItem]:
+        start = {"tenant": {"S": tenant}, "timer_id": {"S": after_id}} if after_id else None
+        query = TimerItem.query(tenant, limit=limit, last_evaluated_key=start, consistent_read=True)
+        return list(query)
 
     def _live(self, item: TimerItem) -> bool:
         expires = _ms(item.expires_at)
