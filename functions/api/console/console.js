@@ -124,9 +124,12 @@ function redeliverButton(timerId, fireId) {
   return smallButton("Redeliver", () => redeliver(timerId, fireId), `Redeliver fire ${fireId}`);
 }
 
-// A reflowing table shows each cell with its column's name on a narrow screen (console.css).
+// A reflowing table shows each cell with its column's name on a narrow screen (console.css);
+// a column whose name is for screen readers only (a row's button) shows none.
 function labelCells(table) {
-  const names = [...table.tHead.rows[0].cells].map((th) => th.textContent);
+  const names = [...table.tHead.rows[0].cells].map((th) =>
+    th.querySelector(".visually-hidden") ? "" : th.textContent,
+  );
   for (const row of table.tBodies[0].rows) {
     [...row.cells].forEach((cell, i) => (cell.dataset.label = names[i] || ""));
   }
@@ -732,7 +735,8 @@ function renderFailed() {
       ),
     );
     const head = el("tr", {}, ...FAILED_COLUMNS.map((h) => el("th", {}, h || hiddenText("Action"))));
-    const table = el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows));
+    const table = el("table", { className: "reflow" }, el("thead", {}, head), el("tbody", {}, ...rows));
+    labelCells(table);
     return el(
       "div",
       { className: "failed-group", "data-timer": timerId },
