@@ -45,6 +45,7 @@ MAX_HEIGHT = 3200  # a screenshot of the whole page, up to this
 TIMEOUT_S = 60.0  # page loads, API calls and the heartbeat's fires on a busy machine
 HEARTBEAT_FIRES = 60  # still active (Pause shown) when its page is taken
 SHOWN_FIRES = 10  # the timer page is taken once the heartbeat has fired this often
+DOCS = Path(__file__).resolve().parent.parent / "docs"  # where the README finds them
 
 
 def sample_timers(client: Client) -> dict[str, str]:
@@ -177,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--api", help="base URL ending in /v1 (default: $TIMERS_API or make run)")
     parser.add_argument("--api-key", help="a tenant's key (default: $TIMERS_API_KEY or the demo)")
-    parser.add_argument("--out", type=Path, default=Path("docs"), help="directory (default docs)")
+    parser.add_argument("--out", type=Path, default=DOCS, help="directory (default: docs/)")
     parser.add_argument("--keep", action="store_true", help="leave the sample timers")
     args = parser.parse_args(argv)
     try:
