@@ -3,16 +3,16 @@ Chromium driven by Selenium (the ``browser`` fixture of conftest.py).
 
 A person's session: sign in with the demo key, create a timer due in a few seconds through the
 form (its preview shows when), watch its fire appear with its lag, find another timer by name,
-pause, resume and delete it, and see the API's error - message and field - for a bad cron. And
-a failed webhook fire found in the console's failed-fires panel and redelivered from it.
+pause, resume and delete it, and see the API's error - message and field - for a bad cron. The
+page at 1,280 and 400 px wide: create first, nothing to scroll sideways. And a failed webhook
+fire found in the console's failed-fires panel and redelivered from it.
 
-``CONSOLE_SCREENSHOTS=docs`` writes the README's screenshots (``console.png``, the list and the
-create form; ``console-timer.png``, a timer's page) there; otherwise they go to ``tmp_path``.
+The session saves screenshots in ``tmp_path`` (pytest keeps the last runs'), to look at when it
+fails; the README's are taken by ``ops/console_screenshots.py``.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -51,7 +51,7 @@ def test_sign_in_create_watch_the_fire_pause_delete_and_read_an_error(
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
-    shots = Path(os.environ.get("CONSOLE_SCREENSHOTS") or tmp_path)
+    shots = tmp_path
     key = local_stack.ready["Tenant demo API key: "]
     run = uuid4().hex[:6]
     status, beat, _ = local_stack.request(
@@ -236,6 +236,141 @@ def test_cron_times_show_in_their_zone_and_a_paused_timer_has_no_next_fire(
     for timer in made.values():
         local_stack.request("DELETE", f"/timers/{timer['id']}", key=key)
     browser.find_element(By.ID, "sign-out").click()
+
+
+# Read in the page: what a person at that width would have to scroll sideways to reach.
+LAYOUT_SCRIPT = """
+const view = document.getElementById(arguments[0]);
+const width = window.innerWidth;
+const visible = (e) => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== "hidden";
+const controls = [...view.querySelectorAll("a, button, input, select, textarea, .table-scroll")]
+  .filter(visible)
+  .filter((e) => !e.parentElement.closest(".table-scroll"));  // a table's own box scrolls
+const out = (e) => {
+  const r = e.getBoundingClientRect();
+  return r.left < 0 || r.right > width + 0.5;
+};
+const outside = controls.filter(out)
+  .map((e) => `${e.tagName} #${e.id} .${e.className}: ${e.textContent.trim().slice(0, 40)}`);
+const unlabelled = [...view.querySelectorAll("input, select, textarea")]
+  .filter((e) => !e.labels.length && !e.getAttribute("aria-label")).map((e) => e.id);
+const nameless = [...view.querySelectorAll("button")]
+  .filter((e) => !(e.getAttribute("aria-label") || e.textContent).trim()).map((e) => e.outerHTML);
+return {
+  width, height: window.innerHeight, scrollWidth: document.documentElement.scrollWidth,
+  outside, unlabelled, nameless, controls: controls.length,
+};
+"""
+
+
+def test_the_console_fits_1280_and_400_px_wide_with_create_first(
+    local_stack: RunningStack, browser: Any
+) -> None:
+    """Issue 30: at a desktop's 1,280 px and a phone's 400 px, nothing makes the page scroll
+    sideways - a table that does not fit reflows (the timers) or scrolls in its own box (the
+    fires) - every control is in reach, and the create form comes first, in view at the top.
+    Every input has a label, every button a name, and the keyboard's focus shows."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    key = local_stack.ready["Tenant demo API key: "]
+    run = uuid4().hex[:6]
+    bodies = {
+        # Long words and values: a name, a webhook URL and a cron zone that do not wrap easily.
+        "wide": {"name": "QuarterlyReconciliationOfEveryLedger" * 3 + run,
+                 "schedule": {"type": "cron", "expression": "15 6 1 */3 *",
+                              "timezone": "America/Argentina/Buenos_Aires"},
+                 "target": {"url": f"https://hooks.example.com/{'very-long-path-' * 6}{run}"},
+                 "payload": {"ledger": "x" * 120}},
+        "fired": {"name": f"fired-{run}", "schedule": {"type": "after", "seconds": 1}},
+    }  # fmt: skip
+    made = {}
+    for name, body in bodies.items():
+        status, made[name], _ = local_stack.request("POST", "/timers", key=key, body=body)
+        assert status == 201, made[name]
+    _until(lambda: _fires(local_stack, key, made["fired"]["id"]))
+    wait = WebDriverWait(browser, UI_TIMEOUT_S, ignored_exceptions=[StaleElementReferenceException])
+
+    def layout(view: str) -> dict[str, Any]:
+        found: dict[str, Any] = browser.execute_script(LAYOUT_SCRIPT, view)
+        return found
+
+    def position(element_id: str) -> dict[str, float]:
+        rect: dict[str, float] = browser.execute_script(
+            "return document.getElementById(arguments[0]).getBoundingClientRect().toJSON()",
+            element_id,
+        )
+        return rect
+
+    rows = [f"#timers-table tr[data-id='{t['id']}']" for t in made.values()]
+    browser.set_window_size(1280, 900)
+    browser.get(local_stack.console)
+    wait.until(ec.visibility_of_element_located((By.ID, "api-key"))).send_keys(key)
+    browser.find_element(By.CSS_SELECTOR, "#sign-in-form button[type=submit]").click()
+    try:
+        for width in (1280, 400):
+            browser.set_window_size(width, 900)
+            browser.get(f"{local_stack.console}#/")
+            wait.until(lambda d: all(d.find_elements(By.CSS_SELECTOR, row) for row in rows))
+            wait.until(lambda d: d.find_element(By.ID, "failed-panel").is_displayed())
+            shown = layout("list-view")
+            assert shown["width"] == width
+            assert shown["scrollWidth"] <= width, shown  # no sideways scroll
+            assert (shown["outside"], shown["unlabelled"], shown["nameless"]) == ([], [], [])
+            assert shown["controls"] >= 14  # the fields and buttons of the three cards
+            # Create first, then the timers, then the failed fires: in the page and on screen.
+            order: list[bool] = browser.execute_script(
+                "const [a, b, c] = [...arguments].map((id) => document.getElementById(id));"
+                "const follows = (x, y) => x.compareDocumentPosition(y) & 4;"  # 4: FOLLOWING
+                "return [!!follows(a, b), !!follows(b, c)]",
+                "create-card", "timers-card", "failed-panel",
+            )  # fmt: skip
+            assert order == [True, True]
+            create, timers = position("create-card"), position("timers-card")
+            assert create["bottom"] <= timers["top"]
+            assert browser.find_element(By.ID, "create-form").is_displayed()
+            assert 0 <= create["top"] < 200 and browser.find_element(By.ID, "kind").is_displayed()
+            assert position("kind")["bottom"] <= shown["height"]  # in view as the page opens
+            # The timers list reflows at 400 px: no table wider than its box.
+            box: list[int] = browser.execute_script(
+                "const box = document.getElementById('timers-table').parentElement;"
+                "return [box.scrollWidth, box.clientWidth]"
+            )
+            assert box[0] <= box[1], box
+
+            # The keyboard's focus is drawn.
+            browser.find_element(By.ID, "timer-name").click()
+            browser.switch_to.active_element.send_keys(Keys.TAB)
+            focused: dict[str, str] = browser.execute_script(
+                "const e = document.activeElement, s = getComputedStyle(e);"
+                "return {id: e.id, style: s.outlineStyle, width: s.outlineWidth}"
+            )
+            assert focused == {"id": "max-fires", "style": "solid", "width": "3px"}
+
+            # A timer's page: long values wrap, its fires scroll in their own box.
+            for timer in made.values():
+                browser.get(f"{local_stack.console}#/timers/{timer['id']}")
+                wait.until(ec.text_to_be_present_in_element((By.ID, "timer-id"), timer["id"]))
+                wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#timer-details dd"))
+                if timer is made["fired"]:
+                    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#fires-table tbody tr"))
+                shown = layout("timer-view")
+                assert shown["scrollWidth"] <= width, (timer["id"], shown)
+                assert (shown["outside"], shown["unlabelled"], shown["nameless"]) == ([], [], [])
+            browser.find_element(By.ID, "delete-button").click()  # the dialog fits too
+            dialog = wait.until(ec.visibility_of_element_located((By.ID, "confirm-dialog")))
+            assert position("confirm-dialog")["right"] <= width and dialog.is_displayed()
+            assert browser.execute_script("return document.documentElement.scrollWidth") <= width
+            browser.find_element(By.ID, "confirm-cancel").click()
+            wait.until(ec.invisibility_of_element_located((By.ID, "confirm-dialog")))
+    finally:
+        browser.set_window_size(1280, 2000)
+        browser.execute_script("sessionStorage.clear()")
+        for timer in made.values():
+            local_stack.request("DELETE", f"/timers/{timer['id']}", key=key)
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from html.parser import HTMLParser
 
 import pytest
 
@@ -67,6 +68,58 @@ def test_the_page_loads_only_its_own_files_and_has_no_inline_script(api: Api) ->
     assert "<script>" not in page and "style=" not in page
     assert not re.search(r"\son\w+=", page)  # no inline event handler: the CSP would block it
     assert "http://" not in page and "https://" not in page  # nothing from elsewhere
+
+
+class _Page(HTMLParser):
+    """The page's labels, form controls, buttons (with their text) and ids, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.labelled: set[str] = set()
+        self.controls: list[str] = []
+        self.buttons: list[tuple[dict[str, str | None], str]] = []
+        self.ids: list[str] = []
+        self._button: dict[str, str | None] | None = None
+        self._text = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if found.get("id"):
+            self.ids.append(found["id"] or "")
+        if tag == "label" and found.get("for"):
+            self.labelled.add(found["for"] or "")
+        elif tag in ("input", "select", "textarea"):
+            self.controls.append(found.get("id") or repr(found))
+        elif tag == "button":
+            self._button, self._text = found, ""
+
+    def handle_data(self, data: str) -> None:
+        self._text += data
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "button" and self._button is not None:
+            self.buttons.append((self._button, self._text.strip()))
+            self._button = None
+
+
+def _page() -> _Page:
+    page = _Page()
+    page.feed((static_files.CONSOLE_DIR / "index.html").read_text(encoding="utf-8"))
+    return page
+
+
+def test_every_control_has_a_label_and_every_button_text() -> None:
+    """Accessibility basics: each input, select and textarea is named by a <label for>, each
+    button by its own text (the browser test checks the buttons the script adds)."""
+    page = _page()
+    assert page.controls and [c for c in page.controls if c not in page.labelled] == []
+    assert page.buttons and [attrs for attrs, text in page.buttons if not text] == []
+
+
+def test_the_list_page_puts_create_first_then_the_timers_then_the_failed_fires() -> None:
+    ids = _page().ids
+    order = ["list-view", "create-card", "create-form", "timers-card", "failed-panel"]
+    assert [ids.index(name) for name in order] == sorted(ids.index(name) for name in order)
 
 
 def test_a_wrong_key_or_method_changes_nothing(api: Api) -> None:

@@ -107,8 +107,36 @@ function showError(box, error) {
   box.hidden = false;
 }
 
-function smallButton(label, onclick) {
-  return el("button", { type: "button", className: "small", text: label, onclick });
+// A row's button: its visible text, and a name that says which row it acts on.
+function smallButton(label, onclick, name) {
+  const props = { type: "button", className: "small", text: label, "aria-label": name, onclick };
+  return el("button", props);
+}
+
+// A table that scrolls inside its own box when it is wider than the page (a keyboard reaches
+// it too: the box takes focus).
+function scrollBox(table, name) {
+  const props = { className: "table-scroll", tabindex: "0", role: "region", "aria-label": name };
+  return el("div", props, table);
+}
+
+function redeliverButton(timerId, fireId) {
+  return smallButton("Redeliver", () => redeliver(timerId, fireId), `Redeliver fire ${fireId}`);
+}
+
+// A reflowing table shows each cell with its column's name on a narrow screen (console.css);
+// a column whose name is for screen readers only (a row's button) shows none.
+function labelCells(table) {
+  const names = [...table.tHead.rows[0].cells].map((th) =>
+    th.querySelector(".visually-hidden") ? "" : th.textContent,
+  );
+  for (const row of table.tBodies[0].rows) {
+    [...row.cells].forEach((cell, i) => (cell.dataset.label = names[i] || ""));
+  }
+}
+
+function hiddenText(text) {
+  return el("span", { className: "visually-hidden", text });
 }
 
 function orDash(value) {
@@ -309,6 +337,7 @@ function renderTimers() {
       ),
     ),
   );
+  labelCells($("timers-table"));
   const more = list.cursor ? "; more pages on the server" : "";
   const scope = needle ? ` (the name search covers the ${list.timers.length} loaded)` : "";
   $("timers-summary").textContent = `${shown.length} shown of ${list.timers.length} loaded${more}${scope}`;
@@ -392,8 +421,13 @@ async function preview() {
         "li",
         { title: new Date(iso).toLocaleString() },
         el("time", { datetime: iso, text: iso }),
-        zone ? el("span", { className: "zone", text: ` ${wallClock(iso, zone)}` }) : "",
-        ` (${relative(iso)})`,
+        " ",
+        el(
+          "span",
+          { className: "when" },
+          ...(zone ? [el("span", { className: "zone", text: wallClock(iso, zone) }), " "] : []),
+          `(${relative(iso)})`,
+        ),
       ),
     );
     $("preview-times").replaceChildren(...(times.length ? times : [el("li", { text: "never fires" })]));
@@ -527,10 +561,7 @@ function renderFires() {
       ]
         .filter(Boolean)
         .join("; ");
-      const action =
-        f.status === "failed" && failed.available
-          ? smallButton("Redeliver", () => redeliver(page.id, f.fire_id))
-          : null;
+      const action = f.status === "failed" && failed.available ? redeliverButton(page.id, f.fire_id) : null;
       return el(
         "tr",
         { "data-fire": f.fire_id },
@@ -689,8 +720,24 @@ function renderFailed() {
     if (!groups.has(fire.timer_id)) groups.set(fire.timer_id, []);
     groups.get(fire.timer_id).push(fire);
   }
-  const blocks = [...groups].map(([timerId, fires]) =>
-    el(
+  const blocks = [...groups].map(([timerId, fires]) => {
+    const rows = fires.map((f) =>
+      el(
+        "tr",
+        { "data-fire": f.fire_id },
+        el("td", {}, el("code", { text: f.fire_id })),
+        timeCell(f.due_at),
+        timeCell(f.failed_at),
+        el("td", { text: f.reason || "" }),
+        el("td", { text: orDash(f.last_status) }),
+        el("td", { text: orDash(f.attempts) }),
+        el("td", {}, redeliverButton(f.timer_id, f.fire_id)),
+      ),
+    );
+    const head = el("tr", {}, ...FAILED_COLUMNS.map((h) => el("th", {}, h || hiddenText("Action"))));
+    const table = el("table", { className: "reflow" }, el("thead", {}, head), el("tbody", {}, ...rows));
+    labelCells(table);
+    return el(
       "div",
       { className: "failed-group", "data-timer": timerId },
       el(
@@ -698,32 +745,11 @@ function renderFailed() {
         { className: "row" },
         el("a", { href: `#/timers/${segment(timerId)}`, text: timerId }),
         el("span", { text: fires[0].name || "" }),
-        smallButton("Redeliver all", () => redeliverAll(timerId)),
+        smallButton("Redeliver all", () => redeliverAll(timerId), `Redeliver all failed fires of ${timerId}`),
       ),
-      el(
-        "table",
-        {},
-        el("thead", {}, el("tr", {}, ...FAILED_COLUMNS.map((h) => el("th", { text: h })))),
-        el(
-          "tbody",
-          {},
-          ...fires.map((f) =>
-            el(
-              "tr",
-              { "data-fire": f.fire_id },
-              el("td", {}, el("code", { text: f.fire_id })),
-              timeCell(f.due_at),
-              timeCell(f.failed_at),
-              el("td", { text: f.reason || "" }),
-              el("td", { text: orDash(f.last_status) }),
-              el("td", { text: orDash(f.attempts) }),
-              el("td", {}, smallButton("Redeliver", () => redeliver(f.timer_id, f.fire_id))),
-            ),
-          ),
-        ),
-      ),
-    ),
-  );
+      scrollBox(table, `Failed fires of ${timerId}`),
+    );
+  });
   const none = el("p", { className: "hint", text: "No failed fire in this window." });
   $("failed-groups").replaceChildren(...(blocks.length ? blocks : [none]));
   $("failed-more").hidden = !failed.cursor;
@@ -774,7 +800,7 @@ function start() {
   });
   const scheduleInputs = ["after-seconds", "at-time", "cron-expression", "cron-timezone", "every-seconds"];
   for (const id of [...scheduleInputs, "max-fires"]) $(id).addEventListener("input", schedulePreview);
-  $("target-kind").addEventListener("change", () => ($("target-url-label").hidden = !$("target-kind").value));
+  $("target-kind").addEventListener("change", () => ($("target-url-field").hidden = !$("target-kind").value));
   $("create-form").addEventListener("submit", createTimer);
   $("pause-button").addEventListener("click", () => act("pause"));
   $("resume-button").addEventListener("click", () => act("resume"));
