@@ -27,13 +27,14 @@ from timers.core.schedule import AfterSchedule, AtSchedule, CronSchedule, EveryS
 from timers.core.timer import Status, Timer
 from timers.core.webhooks import Webhook
 from timers.engine import keys
-from timers.engine.index import CHUNK, BucketIndex, Card, Leased, Peek, member_of
+from timers.engine.index import CHUNK, ENDED, BucketIndex, Card, Leased, Peek, member_of
 
 pytestmark = pytest.mark.integration
 
 NOW = T0
 LEASE_END = NOW + 30_000  # where a lease puts a member: its run's deadline and a grace
 BUCKETS = 4
+DAY = 86_400_000
 
 
 @pytest.fixture
@@ -208,7 +209,7 @@ def test_cards_round_trip_through_redis_with_either_client_decoding(
             assert sorted(got.cards, key=lambda c: c.member) == sorted(
                 everything, key=lambda c: c.member
             )
-            assert index.revisions([(0, c.member) for c in everything]) == [
+            assert index.revisions([(0, c.member, c.timer.rev) for c in everything]) == [
                 (c.timer.rev, c.ckpt) for c in everything
             ]
             index.set_field(0, keys.SENTINEL, "ok")
@@ -636,12 +637,12 @@ def test_revisions_answers_each_members_revision_and_checkpoint(index: BucketInd
     index.put([card("a", NOW, 3, ckpt=NOW - 9), card("b", NOW, 1, partition=1)])
     index.put([card("c", NOW, 7, ckpt=NOW + 5, tenant="beta", partition=2)])
     checks = [
-        (0, "acme|a"),
-        (1, "acme|b"),
-        (2, "beta|c"),
-        (0, "acme|never"),
-        (1, "acme|a"),  # the wrong bucket knows nothing of it
-        (4, "acme|a"),  # partition 4 lives in bucket 0
+        (0, "acme|a", 3),
+        (1, "acme|b", 1),
+        (2, "beta|c", 9),  # asked of a newer revision than Redis holds: Redis says what it holds
+        (0, "acme|never", 1),
+        (1, "acme|a", 3),  # the wrong bucket knows nothing of it
+        (4, "acme|a", 3),  # partition 4 lives in bucket 0
     ]
     expected = [(3, NOW - 9), (1, 0), (7, NOW + 5), (-1, -1), (-1, -1), (3, NOW - 9)]
     assert index.revisions(checks) == expected
@@ -649,6 +650,31 @@ def test_revisions_answers_each_members_revision_and_checkpoint(index: BucketInd
     big = checks * (CHUNK // 2)
     assert index.revisions(big) == expected * (CHUNK // 2)
     assert index.revisions([]) == []
+
+
+def test_a_chain_ended_by_settle_is_answered_for_its_revision_only_until_forgotten(
+    index: BucketIndex, redis_client: redis.Redis
+) -> None:
+    """A run that finishes a timer's last position notes it: the migrator learns that the
+    revision's listings are dead from Redis. Never for another revision, never over a card."""
+    ended, chained, other = card("a", NOW, 2), card("b", NOW, 1), card("c", NOW, 1)
+    index.put([ended, chained, other])
+    index.settle(0, [(ended, None, 2), (chained, chained.at(NOW + 60_000, 1, NOW), 1),
+                     (other, None, 1)], ended={ended.member}, now=NOW)  # fmt: skip
+    asked = [(0, ended.member, 2), (0, ended.member, 3), (0, chained.member, 1),
+             (0, other.member, 1)]  # fmt: skip
+    assert index.revisions(asked) == [(2, ENDED), (-1, -1), (1, 0), (-1, -1)]
+    index.put([card("a", NOW + 5_000, 3)])  # a change since: the card answers, not the note
+    assert index.revisions(asked[:2]) == [(3, 0), (3, 0)]
+    assert redis_client.zrange(keys.ended(0), 0, -1, withscores=True) == [(b"acme|a|2", NOW)]
+    index.forget_ended(0, ["acme|a|2"], NOW - DAY)
+    assert redis_client.zcard(keys.ended(0)) == 0
+    stale = card("d", NOW, 1)
+    index.put([stale])
+    index.settle(0, [(stale, None, 1)], ended={stale.member}, now=NOW - DAY - 1)
+    index.forget_ended(0, [], NOW - DAY)  # a note older than the retention: nobody will ask
+    assert redis_client.zcard(keys.ended(0)) == 0
+    assert key_slot(keys.ended(0).encode()) == key_slot(keys.data(0).encode())
 
 
 # ---------------------------------------------------------------- run markers and fields
@@ -719,7 +745,7 @@ def test_scripts_work_again_after_script_flush(
         b: Peek(NOW - b, 30, None, None, None) for b in range(BUCKETS)
     }
     flush()
-    checks = [(b, c.member) for b, cs in per_bucket.items() for c in cs]
+    checks = [(b, c.member, 1) for b, cs in per_bucket.items() for c in cs]
     assert index.revisions(checks) == [(1, 0)] * 120
     leased: dict[int, list[Card]] = {}
     for b in range(BUCKETS):
@@ -752,7 +778,7 @@ def test_a_flush_empties_the_index_and_a_run_that_outlived_it_puts_nothing_back(
     redis_client.flushall()  # a failover to an empty replica
     assert index.peek([0], LEASE_END) == {0: Peek(None, 0, None, None, None)}  # no sentinel
     assert lease(index, LEASE_END) == Leased([], None)
-    assert index.revisions([(0, c.member) for c in cards]) == [(-1, -1)] * 3
+    assert index.revisions([(0, c.member, 1) for c in cards]) == [(-1, -1)] * 3
     # the run that leased before the flush goes on: its chain, drop and release add nothing
     assert index.settle(0, [(first, first.at(NOW + 60_000, 1, NOW), 1)]) is None
     assert index.settle(0, [(second, None, 1)]) is None
@@ -808,7 +834,7 @@ def test_many_buckets_cost_one_round_trip_per_call(counting_client: redis.Redis)
     moves = [(c, c.at(NOW + 60_000, 1, c.pos), 1) for c in leased]
     assert round_trips(lambda: index.settle(3, moves)) == 1
     assert round_trips(lambda: index.release(3, {c: NOW for c in leased})) == 1
-    one_bucket = [(4, c.member) for c in batch if c.timer.partition == 4]
+    one_bucket = [(4, c.member, 1) for c in batch if c.timer.partition == 4]
     assert round_trips(lambda: index.revisions(one_bucket * 25)) == 1  # 500: one script call
 
 
@@ -866,7 +892,7 @@ def exercise(index: BucketIndex, buckets: int) -> None:
     per_bucket = {b: many(12, NOW - b, tenant=f"t{b}", partition=b) for b in range(buckets)}
     every = [c for cs in per_bucket.values() for c in cs]
     assert index.put(every) == 12 * buckets
-    assert index.revisions([(c.timer.partition, c.member) for c in every]) == [(1, 0)] * len(every)
+    assert index.revisions([(c.timer.partition, c.member, 1) for c in every]) == [(1, 0)] * len(every)
     assert index.peek(range(buckets), NOW) == {
         b: Peek(NOW - b, 12, None, None, None) for b in range(buckets)
     }

@@ -33,6 +33,7 @@ from timers.core.timer import Timer, new_timer_id
 from timers.core.times import format_ms
 from timers.engine import keys
 from timers.engine.entries import entry_for, entry_ref, step, successor
+from timers.engine.changes import CREATE_MS
 from timers.engine.fanout import Fanout
 from timers.engine.index import BucketIndex, member_of
 from timers.engine.migrate import ATTEMPTS, MigrationReport, MigratorDeps, run_migrator
@@ -355,6 +356,34 @@ def test_listings_of_fired_changed_and_deleted_one_shots_are_deleted_and_no_othe
     assert {x[0] for x in listed(api)} == {later["id"], paused["id"]}
 
 
+def test_a_fired_one_shots_listing_is_found_dead_in_redis_without_reading_dynamodb(
+    api: Api,
+) -> None:
+    """The run that fires a timer's last position notes it in Redis; the migrator deletes the
+    listing on that note (no timer read, no walk) and forgets the note."""
+    timer = stored(api, api.create(schedule=at(T0 + 10_000))["id"])
+    api.clock.now = T0 + 10_000
+    assert [b["timer_id"] for b in fire_bucket(api, bucket_of(timer))] == [timer.id]
+    api.clock.now = T0 + 70_000
+    report = migrate(api)
+    assert (report.missing, report.deleted) == (0, 1)
+    assert listed(api) == set()
+    assert api.runtime.redis.zcard(keys.ended(bucket_of(timer))) == 0
+
+
+def test_a_note_of_an_ended_chain_never_answers_for_a_newer_revision(api: Api) -> None:
+    timer = stored(api, api.create(schedule={"type": "every", "seconds": 60}, max_fires=1)["id"])
+    api.clock.now = T0 + 60_000
+    assert len(fire_bucket(api, bucket_of(timer))) == 1  # its only fire: the chain ended
+    reply = api.call("PATCH", f"/v1/timers/{timer.id}", body={"max_fires": 3})
+    assert reply.status == 200, reply.body
+    changed = stored(api, timer.id)
+    assert changed.rev == 2
+    forget(api, changed)  # Redis loses the new revision's card; the old note stays
+    migrate(api)
+    assert indexed(api)[timer.id][1] == 2
+
+
 def test_a_checkpoint_moved_by_a_chained_run_leaves_its_old_listing_dead_and_deleted(
     api: Api,
 ) -> None:
@@ -437,6 +466,32 @@ def test_a_create_racing_the_migrator_survives_a_flush(
     assert [(b["timer_id"], b["scheduled_at"]) for b in fired] == [
         (timer.id, format_ms(T0 + 30_000))
     ]
+
+
+def test_a_create_slower_than_the_migrator_allows_lists_its_timers_again(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R4 holds for a create that stalls past CREATE_MS between its listing and its timer: the
+    migrator may delete the listing meanwhile (no timer, old enough), so the create lists its
+    timers again. Without that, a flush would lose the one-shot."""
+    store = api.runtime.wiring.timers
+    create = store.create
+    raced: list[MigrationReport] = []
+
+    def stalled(timers: Any) -> None:
+        api.clock.advance(CREATE_MS + 1_000)
+        raced.append(migrate(api))
+        create(timers)
+
+    monkeypatch.setattr(store, "create", stalled)
+    due = T0 + CREATE_MS + LOOKAHEAD_MS // 2  # within the look-ahead of the racing run
+    timer = stored(api, api.create(schedule=at(due))["id"])
+    monkeypatch.setattr(store, "create", create)
+    assert raced[0].deleted == 1  # the stalled create's first listing: taken for dead
+    assert (timer.id, 1, due) in listed(api)
+    flushall(api)
+    migrate(api)
+    assert timer.id in indexed(api)
 
 
 # ---------------------------------------------------------------- bounded runs, restores

@@ -19,6 +19,7 @@ from timers.adapters import idempotency, tenants, timers_table
 from timers.config import LOCAL_ONLY, Settings
 from timers.core.webhooks import RETRY_FOR_MS, backoff_s
 from timers.engine import log as fire_log
+from timers.engine.changes import CREATE_MS
 from timers.runtime import quiet_root_logger
 
 FUNCTIONS = template.resources("AWS::Serverless::Function")
@@ -409,3 +410,9 @@ def test_the_root_logger_stays_at_warning_under_lambdas_json_format() -> None:
         assert root.level == logging.INFO
     finally:
         root.setLevel(before)
+
+
+def test_a_create_in_flight_ends_well_within_CREATE_MS() -> None:
+    """R4: the migrator keeps a listing without its timer for CREATE_MS (a create may be in
+    flight); the api function's timeout bounds a create."""
+    assert CREATE_MS >= 6 * FUNCTIONS["ApiFunction"]["Timeout"] * 1000

@@ -36,6 +36,9 @@ from timers.engine.wake import Listing, WakeStore
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 WRITE_ATTEMPTS = 5
+CREATE_MS = 60_000
+"""A listing younger than this whose timer is absent may belong to a create in flight: six
+times the api's timeout, and a create slower than half of it lists its timers again."""
 Change = Callable[[Timer, int], Timer]
 
 
@@ -108,14 +111,18 @@ class Changes:
         timers, then the fast path: what is due within the look-ahead goes into Redis now.
         ``take_back``: a failure takes back what was written (new ids: nobody else knows them)."""
         listings = [x for t in created if (x := listing_of(t))]
+        listed_at = self.clock()
         if listings:
-            self.wake.put(self.wake.items(listings, self.clock()))
+            self.wake.put(self.wake.items(listings, listed_at))
         try:
             self.timers.create(created)
         except Exception:
             if take_back:
                 self.timers.remove_new(created)
             raise
+        if listings and self.clock() - listed_at > CREATE_MS // 2:
+            # so slow a create may have let the migrator find its listings dead (R4): again
+            self.wake.put(self.wake.items(listings, self.clock()))
         self._fast_path([card_of(t) for t in created if self._due_soon(t)])
 
     # ---------------------------------------------------------------- read

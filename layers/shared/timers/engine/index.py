@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -26,6 +26,7 @@ from timers.core.webhooks import Webhook
 from timers.engine import keys
 
 CHUNK = 500  # members per script call: bounds how long one call blocks Redis (and Lua's unpack)
+ENDED = 9_999_999_999_999  # the checkpoint lua/check.lua answers for a revision's ended chain
 
 
 def member_of(tenant: str, timer_id: str) -> str:
@@ -175,20 +176,30 @@ class BucketIndex:
         no older than ``rev`` is stored."""
         self._per_bucket("put", [(partition, [member, rev, 0, "", 0])])
 
-    def revisions(self, checks: Sequence[tuple[int, str]]) -> list[tuple[int, int]]:
-        """For each (partition, member), its card's revision and checkpoint; (-1, -1) where it
-        has none."""
+    def revisions(self, checks: Sequence[tuple[int, str, int]]) -> list[tuple[int, int]]:
+        """For each (partition, member, rev), its card's revision and checkpoint; where it has
+        no card, (rev, ENDED) if that revision's chain ended, else (-1, -1)."""
         by_bucket: dict[int, list[int]] = defaultdict(list)
-        for i, (partition, _) in enumerate(checks):
+        for i, (partition, _, _) in enumerate(checks):
             by_bucket[self.bucket_of(partition)].append(i)
         out = [(-1, -1)] * len(checks)
         for bucket, indexes in by_bucket.items():
             for start in range(0, len(indexes), CHUNK):
                 part = indexes[start : start + CHUNK]
-                got = self._eval("check", [([keys.data(bucket)], [checks[i][1] for i in part])])[0]
+                args = [a for i in part for a in checks[i][1:]]
+                got = self._eval("check", [([keys.data(bucket), keys.ended(bucket)], args)])[0]
                 for n, i in enumerate(part):
                     out[i] = (int(got[2 * n]), int(got[2 * n + 1]))
         return out
+
+    def forget_ended(self, bucket: int, names: Sequence[str], before: int) -> None:
+        """Drop the ended-chain notes of ``names`` (``member|rev``: their listings are gone) and
+        any older than ``before`` (a note nobody asked for)."""
+        pipe = self.client.pipeline(transaction=False)
+        if names:
+            pipe.execute_command("ZREM", keys.ended(bucket), *names)
+        pipe.execute_command("ZREMRANGEBYSCORE", keys.ended(bucket), "-inf", f"({before}")
+        pipe.execute()
 
     # ---------------------------------------------------------------- the trigger's side
 
@@ -202,18 +213,23 @@ class BucketIndex:
             _score(first),
         )
 
-    def settle(self, bucket: int, moves: Sequence[tuple[Card, Card | None, int]]) -> int | None:
+    def settle(
+        self, bucket: int, moves: Sequence[tuple[Card, Card | None, int]],
+        ended: Collection[str] = (), now: int = 0,
+    ) -> int | None:  # fmt: skip
         """Move each leased card on to the next (leasable from its position) or drop it (None),
         if it is still at the position leased and of no newer revision than the one given (a
-        change since owns it). Returns the bucket's earliest score."""
+        change since owns it); a dropped member in ``ended`` notes (at ``now``) that its
+        revision's chain ended. Returns the bucket's earliest score."""
         args: list[Any] = []
         for card, following, rev in moves:
+            drop = "!" if card.member in ended else ""
             args += [
                 card.member,
                 card.pos,
                 rev,
-                "" if following is None else following.encode(),
-                0 if following is None else following.pos,
+                drop if following is None else following.encode(),
+                now if following is None else following.pos,
             ]
         return self._finish(bucket, args)
 
@@ -227,9 +243,8 @@ class BucketIndex:
     def _finish(self, bucket: int, args: list[Any]) -> int | None:
         if not args:
             return None
-        calls = [
-            (self._keys(bucket), args[i : i + 5 * CHUNK]) for i in range(0, len(args), 5 * CHUNK)
-        ]
+        ks = [*self._keys(bucket), keys.ended(bucket)]
+        calls = [(ks, args[i : i + 5 * CHUNK]) for i in range(0, len(args), 5 * CHUNK)]
         return _score(self._eval("finish", calls)[-1])
 
     # ---------------------------------------------------------------- the fan-out's side

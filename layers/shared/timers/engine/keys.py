@@ -24,6 +24,12 @@ def data(bucket: int) -> str:
     return f"{PREFIX}:{{b{bucket}}}:data"
 
 
+def ended(bucket: int) -> str:
+    """zset: ``tenant|timer|rev`` -> when that revision's chain ended (its last fire recorded):
+    the migrator learns its listings are dead without DynamoDB."""
+    return f"{PREFIX}:{{b{bucket}}}:ended"
+
+
 def run(bucket: int, slot: int) -> str:
     """string: a trigger run of the bucket is queued or going in this slot (its token)."""
     return f"{PREFIX}:{{b{bucket}}}:run:{slot}"

@@ -30,7 +30,7 @@ from timers.adapters.timers_table import MissingPayload, TimerStore
 from timers.core.schedule import is_recurring
 from timers.core.timer import Timer
 from timers.engine import keys
-from timers.engine.changes import Checkpoints, card_of
+from timers.engine.changes import CREATE_MS, Checkpoints, card_of
 from timers.engine.entries import Cursor, drive, walk
 from timers.engine.index import BucketIndex, Card, member_of
 from timers.engine.log import FireLog
@@ -40,8 +40,6 @@ log = logging.getLogger(__name__)
 
 MIGRATE_BUDGET = 50_000
 """Listings a run reads over all buckets (a listing costs ~20-50 us of CPU; 55 s timeout)."""
-CREATE_MS = 5 * 60_000
-"""A listing younger than this whose timer is absent may belong to a create in flight."""
 PAGE = 500
 ATTEMPTS = 3  # tries of a bucket's pass on an error (TRYAGAIN, a failover, a throttle)
 RETRY_S = 0.5
@@ -126,14 +124,16 @@ def bucket_pass(deps: MigratorDeps, bucket: int, now_ms: int, quota: int) -> Mig
     positions: dict[str, str] = saved.get("pos", {}) if saved.get("epoch") == epoch else {}
     shards = shards_of(bucket, deps.index.bucket_count)
     per_shard = max(1, quota // (2 * len(shards)))
+    gone: list[str] = []  # ended-chain notes of deleted listings
     for shard in shards:  # what comes due: read whole every run, never behind a backlog
-        examine(deps, _read(deps.wake, shard, now_ms, until, None, None)[0], now_ms, until, report)
+        items = _read(deps.wake, shard, now_ms, until, None, None)[0]
+        gone += examine(deps, items, now_ms, until, report)
     ended = 0
     for shard in shards:
         start = positions.get(shard)
         key = {"shard": {"S": shard}, "wake": {"S": start}} if start else None
         items, more = _read(deps.wake, shard, 0, now_ms - 1, per_shard, key)
-        examine(deps, items, now_ms, until, report)
+        gone += examine(deps, items, now_ms, until, report)
         if more is None:
             positions.pop(shard, None)
             ended += 1
@@ -150,6 +150,7 @@ def bucket_pass(deps: MigratorDeps, bucket: int, now_ms: int, quota: int) -> Mig
             )
         positions, epoch = {}, "ok"
     deps.index.set_field(bucket, keys.RESUME, json.dumps({"epoch": epoch, "pos": positions}))
+    deps.index.forget_ended(bucket, gone, now_ms - deps.retention_ms)
     return report
 
 
@@ -169,14 +170,17 @@ def _read(
 
 def examine(
     deps: MigratorDeps, items: Sequence[WakeItem], now_ms: int, until: int, report: MigrationReport
-) -> None:
+) -> list[str]:
     """Answer each listing - from Redis where it can be, else from DynamoDB (restoring what
-    Redis lacks) - and delete the items whose every listing is dead (R4)."""
+    Redis lacks) - and delete the items whose every listing is dead (R4). Returns the deleted
+    listings' ended-chain notes (``member|rev``), which nobody will ask for again."""
     listings = [x for item in items for x in item.listings]
     report.read += len(listings)
     if not listings:
-        return
-    held = deps.index.revisions([(x.partition, member_of(x.tenant, x.timer_id)) for x in listings])
+        return []
+    held = deps.index.revisions(
+        [(x.partition, member_of(x.tenant, x.timer_id), x.rev) for x in listings]
+    )
     verdicts: dict[tuple[str, int, int], Verdict] = {}
     for x, (rev, ckpt) in zip(listings, held, strict=True):
         verdicts[(x.timer_id, x.rev, x.pos)] = (
@@ -197,6 +201,7 @@ def examine(
     if dead:
         deps.wake.delete(dead)
         report.deleted += len(dead)
+    return [f"{member_of(x.tenant, x.timer_id)}|{x.rev}" for item in dead for x in item.listings]
 
 
 def _verdict(

@@ -636,6 +636,7 @@ class Run:
             return
         now = self.sync.now()
         moves: list[tuple[Card, Card | None, int]] = []
+        ended: set[str] = set()  # chains done at their revision: the migrator learns it from Redis
         for job in jobs:
             entry = job.entry
             assert entry is not None
@@ -659,8 +660,10 @@ class Run:
                 else None
             )
             moves.append((job.card, nxt, entry.rev))
+            if timer and following is None:
+                ended.add(job.card.member)
         self._hook("checkpointed")
-        earliest = self.deps.index.settle(self.bucket, moves)
+        earliest = self.deps.index.settle(self.bucket, moves, ended, now)
         for card, _, _ in moves:
             self.held.pop(card.member, None)
         self.next_due = _earliest(self.next_due, earliest)

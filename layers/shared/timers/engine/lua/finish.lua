@@ -1,9 +1,10 @@
 -- Settle leased members, each only if its card is still at the position the run leased (a
 -- change or a restore since owns it) and, with rev >= 0, of no newer revision than rev.
--- KEYS: due, data. ARGV: (member, pos, rev, card, score)... ; card '' drops the member, '='
--- keeps its card and makes it leasable from score (a deferral, a hand-back), anything else is
--- the next card (the chain moves on), leasable from score. Returns the earliest score or -1.
-local due, data = KEYS[1], KEYS[2]
+-- KEYS: due, data, ended. ARGV: (member, pos, rev, card, score)... ; card '' drops the member,
+-- '!' drops it and notes that revision's chain ended at time score, '=' keeps its card and
+-- makes it leasable from score (a deferral, a hand-back), anything else is the next card (the
+-- chain moves on), leasable from score. Returns the earliest score or -1.
+local due, data, ended = KEYS[1], KEYS[2], KEYS[3]
 for i = 1, #ARGV, 5 do
   local member, pos, rev = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
   local card, score = ARGV[i + 3], ARGV[i + 4]
@@ -11,9 +12,10 @@ for i = 1, #ARGV, 5 do
   if current then
     local r, p = string.match(current, '^(%d+)|(%d+)|')
     if tonumber(p) == pos and (rev < 0 or tonumber(r) <= rev) then
-      if card == '' then
+      if card == '' or card == '!' then
         redis.call('HDEL', data, member)
         redis.call('ZREM', due, member)
+        if card == '!' then redis.call('ZADD', ended, score, member .. '|' .. ARGV[i + 2]) end
       else
         if card ~= '=' then redis.call('HSET', data, member, card) end
         redis.call('ZADD', due, score, member)
