@@ -30,7 +30,7 @@ help:
 	@echo "make validate  - sam validate --lint and cfn-lint on template.yaml"
 	@echo "make scan      - checkov on template.yaml: 0 failed (each exception skipped with its reason)"
 	@echo "make build     - sam build (functions + shared layer, arm64)"
-	@echo "make deploy    - sam deploy --guided"
+	@echo "make deploy    - sam deploy with samconfig.toml's answers (GUIDED=1: sam deploy --guided)"
 	@echo "make tenant NAME=acme [ENV=aws] - create a tenant, its queue and an API key"
 
 $(BIN)/.installed: pyproject.toml
@@ -116,8 +116,10 @@ scan: $(CHECKOV)
 build: tools
 	$(SAM_ENV) $(SAM) build
 
+# samconfig.toml answers every question but the change set's confirmation; --guided asks them
+# all again, SAM's "has no authentication" once per API route among them (docs/deployment.md).
 deploy: build
-	$(SAM) deploy --guided
+	$(SAM) deploy $(if $(GUIDED),--guided)
 
 tenant: venv
 	@test -n "$(NAME)" || { echo "usage: make tenant NAME=<name> [ENV=aws]"; exit 2; }

@@ -1,5 +1,4 @@
-"""``python -m bench.report``: the README's results table from bench/results/latest.json, side by
-side with bench/results/before.json (the first fire path's last measurement, kept as measured).
+"""``python -m bench.report``: the README's results table from bench/results/latest.json.
 ``python -m bench.report cost``: docs/cost.md's tables (each scenario against its target, units
 and dollars per fire, the idle month) from the same results."""
 
@@ -106,15 +105,17 @@ def rows(now: dict[str, Any], before: dict[str, Any]) -> list[tuple[str, str, st
                         f"stuck; {h['claim_items']:,} claim items of <= {h['claim_cap']} entries",
                         "-"))  # fmt: skip
     if f := now.get("flush"):
-        out.append(("FLUSHALL after swept work (issue 16's scenario), rounds of 250 + 15",
+        out.append(("FLUSHALL after the migrator read later work, rounds of 250 + 15",
                     f"{len(f['rounds'])} rounds: {f['lost']} lost, {f['duplicates']} dup, "
                     f"{f['early']} early", "-"))  # fmt: skip
     return out
 
 
-def table(now: dict[str, Any], before: dict[str, Any]) -> str:
-    lines = ["| measured | now | first fire path |", "|---|---|---|"]
-    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows(now, before)]
+def table(now: dict[str, Any], before: dict[str, Any] | None = None) -> str:
+    """The README's table: what was measured and the result (``before``, the previous fire
+    path's results, is still read by :func:`rows`, not shown)."""
+    lines = ["| measured | result |", "|---|---|"]
+    lines += [f"| {a} | {b} |" for a, b, _ in rows(now, before or {})]
     m = now.get("machine", {})
     lines.append(f"\nMachine: {m.get('cpu')}, {m.get('cores')} cores, {m.get('ram_gib')} GiB, "
                  f"Python {m.get('python')}, redis-server {m.get('redis_server')}.")  # fmt: skip
