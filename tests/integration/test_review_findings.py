@@ -1,0 +1,133 @@
+"""An adversarial review of the fire path (``timers.engine``): each test here shows one defect
+that loses, duplicates, delays or fires early a timer, or lets a change lose to a stale copy.
+Each is a strict xfail until its defect is fixed; the reason says what breaks.
+
+Fixtures: the trigger's rig (tests/integration/test_trigger.py), the api harness, a FakeClock.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
+    LAPSE_MS,
+    Rig,
+    after,
+    kill_at,
+    rig,
+    until_armed,
+)
+from tests.support.clock import T0
+
+pytestmark = pytest.mark.integration
+
+BIG = 600  # characters: a payload over INLINE_PAYLOAD_BYTES lives in its own item
+
+
+# ---------------------------------------------------------------- idempotent creates in flight
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="an idempotent create still in flight overwrites the payload item of the timer its "
+    "retry created and the user has since PATCHed: the fire carries the old payload",
+)
+def test_a_retried_create_in_flight_never_undoes_a_patch_of_the_payload(
+    rig: Rig,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Invariant 4 (changes win). The first attempt of a keyed create stalls before it writes
+    (a slow DynamoDB call; the client times out and retries). The retry stores the timer and
+    answers; the user PATCHes its payload. The first attempt then goes on: ``create_one``
+    saves the payload item unconditionally (the timer's own put is conditional and fails,
+    which ``_store_keyed`` takes for "stored by another attempt"), putting the old body back
+    under the changed timer."""
+    api = rig.api
+    headers = {"Idempotency-Key": "order-9"}
+    body = {"schedule": after(600), "payload": {"v": "old" + "x" * BIG}}  # beyond the look-ahead
+    store = api.runtime.service.timers
+    create_one = store.create_one
+    answers: list[Any] = []
+
+    def stalled_first(timer: Any) -> None:
+        if not answers:  # the retry and the user's PATCH happen while the first is here
+            answers.append(None)
+            answers[0] = api.call("POST", "/v1/timers", body=body, headers=headers)
+            timer_id = answers[0].body["id"]
+            patched = api.call(
+                "PATCH", f"/v1/timers/{timer_id}", body={"payload": {"v": "new" + "y" * BIG}}
+            )
+            assert patched.status == 200, patched.body
+        create_one(timer)
+
+    monkeypatch.setattr(store, "create_one", stalled_first)
+    first = api.call("POST", "/v1/timers", body=body, headers=headers)
+    assert first.status == 201 and first.body["id"] == answers[0].body["id"]
+    monkeypatch.undo()
+
+    timer_id = first.body["id"]
+    rig.clock.now = T0 + 600_000 - 60_000
+    rig.migrate()  # the card comes into Redis from DynamoDB
+    rig.clock.now = T0 + 600_000
+    rig.run_until_idle()
+    (message,) = rig.drain(api.queues["acme"])
+    assert message["payload"]["v"].startswith("new")  # the PATCH won
+    shown = api.call("GET", f"/v1/timers/{timer_id}").body
+    assert shown["payload"]["v"].startswith("new")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a keyed batch create still in flight re-puts (unconditional batch write) a timer "
+    "its retry created and the user has since deleted: the deleted timer comes back and fires",
+)
+def test_a_retried_batch_create_in_flight_never_brings_back_a_deleted_timer(
+    rig: Rig,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Invariant 4 (changes win; DELETE: the timer never fires again, GET is 404). The first
+    attempt of a keyed batch create stalls before its timers are written. The retry stores
+    them one by one and answers; the first every-second timer's first fire is claimed, and the
+    user deletes the timer while that fire is on its way (no fence: the claim is owed). The
+    first attempt then goes on: ``TimerStore.create`` writes a batch with unconditional puts,
+    re-creating the deleted timer at revision 1, and its fast path puts its card back: it
+    fires every second from then on."""
+    api = rig.api
+    headers = {"Idempotency-Key": "batch-9"}
+    body = {"timers": [{"schedule": {"type": "every", "seconds": 1}}, {"schedule": after(600)}]}
+    store = api.runtime.service.timers
+    create = store.create
+    answers: list[Any] = []
+
+    def stalled_first(timers: Any) -> None:
+        if len(timers) > 1 and not answers:  # the first attempt's batch write waits here
+            answers.append(api.call("POST", "/v1/timers:batch", body=body, headers=headers))
+            assert answers[0].status == 201, answers[0].body
+            timer_id = answers[0].body["items"][0]["id"]
+            deleted: list[int] = []
+
+            def delete_while_claimed(step: str) -> None:
+                if step == "claimed" and not deleted:
+                    deleted.append(api.call("DELETE", f"/v1/timers/{timer_id}").status)
+
+            until_armed(rig, T0 + 1_000)
+            rig.run(hooks=delete_while_claimed)
+            assert deleted == [204]
+            assert api.call("GET", f"/v1/timers/{timer_id}").status == 404
+        create(timers)
+
+    monkeypatch.setattr(store, "create", stalled_first)
+    first = api.call("POST", "/v1/timers:batch", body=body, headers=headers)
+    assert first.status == 201, first.body
+    monkeypatch.undo()
+    timer_id = answers[0].body["items"][0]["id"]
+
+    for _ in range(3):
+        rig.clock.advance(1_000)
+        rig.run_until_idle()
+    fired = Counter(s.fire_id for s in rig.sqs.sent if s.fire_id.startswith(timer_id))
+    assert fired == Counter({f"{timer_id}:{T0 + 1_000}": 1})  # only the fire claimed before
+    assert api.call("GET", f"/v1/timers/{timer_id}").status == 404
