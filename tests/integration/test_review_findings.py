@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import boto3
 import pytest
 
+from tests.integration.api_harness import SETTINGS
 from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
     LAPSE_MS,
     Rig,
@@ -21,6 +23,7 @@ from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
     until_armed,
 )
 from tests.support.clock import T0
+from timers.runtime import DAY_MS
 
 pytestmark = pytest.mark.integration
 
@@ -131,3 +134,51 @@ def test_a_retried_batch_create_in_flight_never_brings_back_a_deleted_timer(
     fired = Counter(s.fire_id for s in rig.sqs.sent if s.fire_id.startswith(timer_id))
     assert fired == Counter({f"{timer_id}:{T0 + 1_000}": 1})  # only the fire claimed before
     assert api.call("GET", f"/v1/timers/{timer_id}").status == 404
+
+
+# ---------------------------------------------------------------- retention
+
+
+def expire_claim_items(at: Rig) -> None:
+    """DynamoDB's TTL: fire-log items past their ``expires_at`` are deleted."""
+    dynamodb = boto3.client("dynamodb")
+    for item in dynamodb.scan(TableName=SETTINGS.claims_table)["Items"]:
+        if int(item.get("expires_at", {"N": "0"})["N"]) <= at.clock() // 1000:
+            dynamodb.delete_item(TableName=SETTINGS.claims_table, Key={"k": item["k"]})
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a one-shot that fired more than a day late outlives its fire-log entry (the entry's "
+    "TTL counts from the position, the timer's from the resume): it shows active again and a "
+    "PATCH fires it a second time",
+)
+def test_a_one_shot_fired_late_never_fires_again_after_its_entry_expires(
+    rig: Rig,  # noqa: F811
+) -> None:
+    """Invariant 3 (one callback per fire). A one-shot due at D is paused before D and resumed
+    five days later: it fires at once, late (its fire id is still ``<id>:D``). Its timer item
+    expires ``retention`` after the resume (``with_expiry``: max(due, now)), but the fire-log
+    item holding its entry expires ``retention + 1 day`` after D (``FireLog.expires_at``: the
+    position's second). In between, the timer is read without its entry: the walk finds D
+    unfinished - GET shows it active with next_fire_at D - and a PATCH of its name fences D,
+    puts its card back and the trigger sends D again."""
+    timer = rig.api.create(schedule=after(10))
+    timer_id, due = timer["id"], T0 + 10_000
+    rig.clock.now = T0 + 1_000
+    assert rig.api.call("POST", f"/v1/timers/{timer_id}/pause").status == 200
+    rig.clock.now = T0 + 5 * DAY_MS
+    assert rig.api.call("POST", f"/v1/timers/{timer_id}/resume").status == 200
+    rig.run_until_idle()
+    assert rig.per_fire() == Counter({f"{timer_id}:{due}": 1})  # late, once
+    assert rig.timer(timer_id)["status"] == "completed"
+
+    rig.clock.now = due + (SETTINGS.fire_retention_days + 2) * DAY_MS  # the timer is still kept
+    expire_claim_items(rig)
+    shown = rig.api.call("GET", f"/v1/timers/{timer_id}")
+    assert shown.status == 200  # retained until the resume + retention
+    reply = rig.api.call("PATCH", f"/v1/timers/{timer_id}", body={"name": "renamed"})
+    assert reply.status == 200, reply.body
+    rig.run_until_idle()
+    assert rig.per_fire() == Counter({f"{timer_id}:{due}": 1})  # sent once, not again
+    assert (shown.body["status"], shown.body["fire_count"]) == ("completed", 1)
