@@ -182,3 +182,44 @@ def test_a_one_shot_fired_late_never_fires_again_after_its_entry_expires(
     rig.run_until_idle()
     assert rig.per_fire() == Counter({f"{timer_id}:{due}": 1})  # sent once, not again
     assert (shown.body["status"], shown.body["fire_count"]) == ("completed", 1)
+
+
+# ---------------------------------------------------------------- changes win
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a delete that meets a claimed fire writes no fence and adopts nothing: the old "
+    "card left in Redis (its drop failed) chains past the owed fire and fires the deleted "
+    "timer every second",
+)
+def test_a_timer_deleted_while_its_fire_is_claimed_never_fires_again_whatever_redis_holds(
+    rig: Rig,  # noqa: F811
+) -> None:
+    """Invariant 4 (changes win; DELETE: the timer never fires again). A delete that meets a
+    pending claim at the cursor neither fences nor adopts it (``Changes._attempt``: only a
+    change that keeps the timer adopts): the owed fire goes, which is allowed. But the card
+    of the deleted revision stays in Redis when the delete's Redis update fails (the api
+    logs it and goes on, as a failover that lost the drop would leave it). The run records
+    the owed fire at the card's own revision, so ``_owner_of`` trusts the card's timer
+    without reading it, chains the card to the next position - which has no fence - and
+    every later run claims and sends a fire of a timer that no longer exists."""
+    timer = rig.api.create(schedule={"type": "every", "seconds": 1})
+    timer_id = timer["id"]
+    changes = rig.api.runtime.service.changes
+    deleted: list[int] = []
+
+    def delete_while_claimed(step: str) -> None:
+        if step == "claimed" and not deleted:
+            changes.index = None  # the delete's Redis update fails (logged; DynamoDB is truth)
+            deleted.append(rig.api.call("DELETE", f"/v1/timers/{timer_id}").status)
+            changes.index = rig.index
+
+    until_armed(rig, T0 + 1_000)
+    rig.run(hooks=delete_while_claimed)
+    assert deleted == [204]
+    assert rig.api.call("GET", f"/v1/timers/{timer_id}").status == 404
+    for _ in range(3):
+        rig.clock.advance(1_000)
+        rig.run_until_idle()
+    assert rig.per_fire() == Counter({f"{timer_id}:{T0 + 1_000}": 1})  # the owed fire only
