@@ -26,6 +26,7 @@ from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
     until_armed,
 )
 from tests.support.clock import T0, FakeClock
+from timers.core.times import format_ms
 from timers.engine import keys
 from timers.engine.fanout import POLL_MS
 from timers.runtime import DAY_MS
@@ -289,3 +290,42 @@ def test_a_dead_trigger_run_delays_only_what_it_had_leased(
     lags = world.lags(ours["id"])
     assert list(lags) == [T0 + 8_000], lags
     assert 0 <= lags[T0 + 8_000] <= ON_TIME_MS
+
+
+# ---------------------------------------------------------------- fire ids
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="_first_unclaimed reads the entry at the new position only: an occurrence fired by "
+    "a misfire catch-up lives in the entry of an earlier position, so a new schedule at that "
+    "instant is accepted and sends the same fire id a second time",
+)
+def test_a_new_schedule_never_reuses_the_fire_id_of_a_catch_up_fire(
+    rig: Rig,  # noqa: F811
+) -> None:
+    """Invariant 3 (one callback per fire id; consumers deduplicate on it). After an outage a
+    fire_once timer fires one catch-up: the latest missed occurrence L, claimed in the entry
+    of the first missed position P (``fired`` = L, the fire id ``<id>:L``). A PATCH to an
+    ``at`` schedule at L (allowed: up to 5 minutes in the past) is checked by
+    ``_first_unclaimed`` against the entry at L, which does not exist - so the timer fires
+    ``<id>:L`` again: a consumer drops it as a duplicate, or the user sees two fires with one
+    id."""
+    timer = rig.api.create(schedule={"type": "every", "seconds": 60})  # fire_once
+    timer_id = timer["id"]
+    rig.clock.now = T0 + 10 * 60_000 + 50_000  # down for ten minutes
+    rig.run_until_idle()
+    latest = T0 + 10 * 60_000
+    assert rig.per_fire() == Counter({f"{timer_id}:{latest}": 1})  # the catch-up, at 10:10
+    reply = rig.api.call(
+        "PATCH",
+        f"/v1/timers/{timer_id}",
+        body={"schedule": {"type": "at", "at": format_ms(latest)}},
+    )
+    if reply.status == 200:  # accepted: then it must not fire under a used fire id
+        rig.run_until_idle()
+    else:
+        assert reply.status == 400, reply.body
+    assert max(rig.per_fire().values()) == 1
+    fire_ids = [f["fire_id"] for f in rig.fires(timer_id)]
+    assert len(fire_ids) == len(set(fire_ids))
