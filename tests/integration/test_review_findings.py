@@ -329,3 +329,40 @@ def test_a_new_schedule_never_reuses_the_fire_id_of_a_catch_up_fire(
     assert max(rig.per_fire().values()) == 1
     fire_ids = [f["fire_id"] for f in rig.fires(timer_id)]
     assert len(fire_ids) == len(set(fire_ids))
+
+
+# ---------------------------------------------------------------- a run meeting its own claim
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a run that leases again a card it has already claimed (Redis lost and restored it "
+    "meanwhile) takes its own pending claim as 'ours' and queues the fire a second time: "
+    "the run sends it twice",
+)
+def test_a_run_that_meets_its_own_claim_again_sends_the_fire_once(
+    rig: Rig,  # noqa: F811
+) -> None:
+    """Invariant 3 (one callback per fire, outside the documented window: nobody died). A run
+    claims 10:00:01 ahead of time (armed) and waits for it. Redis loses the bucket (a flush, a
+    shard back empty) and the migrator restores it at once, putting the card back at its
+    pending position, leasable. Before the send, the same run leases again for the next timer
+    due (10:00:01.1) and gets the restored card too: ``decide_claim`` answers "ours" (the
+    entry's owner is this run - the case meant for a claim write retried after a timeout), the
+    job joins ``pending`` beside the first, and both copies go out in one batch."""
+    first = rig.api.create(schedule=after(1))
+    rig.api.create(schedule=after(1.1))
+    restored: list[str] = []
+
+    def lose_and_restore(step: str) -> None:
+        if step == "claimed" and not restored:
+            restored.append(step)
+            rig.api.runtime.redis.flushall()
+            rig.migrate()  # the fan-out saw the bucket lost: restored at once
+
+    until_armed(rig, T0 + 1_000)
+    (report,) = rig.run(hooks=lose_and_restore)
+    assert (report.taken_over, report.ambiguous) == (0, 0)  # no takeover, no lost answer
+    rig.clock.advance(LAPSE_MS)
+    rig.run_until_idle()
+    assert rig.per_fire()[f"{first['id']}:{T0 + 1_000}"] == 1
