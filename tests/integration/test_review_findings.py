@@ -1,8 +1,18 @@
 """An adversarial review of the fire path (``timers.engine``): each test here shows one defect
 that loses, duplicates, delays or fires early a timer, or lets a change lose to a stale copy.
-Each is a strict xfail until its defect is fixed; the reason says what breaks.
+Each is a strict xfail until its defect is fixed; the reason says what breaks, the commit that
+added it the smallest fix.
 
-Fixtures: the trigger's rig (tests/integration/test_trigger.py), the api harness, a FakeClock.
+- changes win (4): a keyed create in flight overwrites what its retry made (payload, a
+  deleted timer back); a delete meeting a claimed fire lets a stale card chain on for ever;
+- one per fire (3): a one-shot fired a day late outlives its entry and fires again; a new
+  schedule reuses a catch-up's fire id; a run meeting its own claim again sends twice;
+- never lost / on time (2): a dead run's marker holds its bucket ~33 s; an outage's mark
+  lost to an older restore ending; a timer due between two migrator runs waits for the
+  cycle; a burst over the lease's scan delays another tenant.
+
+Fixtures and helpers: the trigger's rig (test_trigger.py), the fan-out's and migrator's
+(test_fanout.py, test_migrator.py), test_fire_path's World, the api harness, a FakeClock.
 """
 
 from __future__ import annotations
