@@ -373,12 +373,6 @@ def test_a_new_schedule_never_reuses_the_fire_id_of_a_catch_up_fire(
 # ---------------------------------------------------------------- a run meeting its own claim
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a run that leases again a card it has already claimed (Redis lost and restored it "
-    "meanwhile) takes its own pending claim as 'ours' and queues the fire a second time: "
-    "the run sends it twice",
-)
 def test_a_run_that_meets_its_own_claim_again_sends_the_fire_once(
     rig: Rig,  # noqa: F811
 ) -> None:

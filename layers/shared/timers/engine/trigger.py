@@ -506,7 +506,12 @@ class Run:
             self.report.stale += len(claimed.stale)
             self._drop(claimed.stale)
         self._hook("claimed")
-        firing = [j for j in claimed.ours if j.entry is not None and j.entry.state == "p"]
+        waiting = {j.root for j in self.pending}  # a card restored meanwhile: leased again
+        firing = [
+            j
+            for j in claimed.ours
+            if j.entry is not None and j.entry.state == "p" and j.root not in waiting
+        ]
         for job in firing:
             job.delivery = Delivery(job.timer, job.fire_ms, ref=job.ref)
         self.pending = sorted(self.pending + firing, key=lambda j: j.send_at)
