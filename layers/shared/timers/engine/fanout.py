@@ -195,10 +195,11 @@ class Fanout:
         if (since := self._down.get(bucket)) is not None:
             epoch = seen[1:].partition(".")[0] if seen and seen.startswith("r") else ""
             if epoch and int(epoch) >= since:  # another fan-out marked it since it went down
-                won = False
-            else:
-                won = swap(bucket, keys.SENTINEL, seen, f"r{now}.{now}")
-            del self._down[bucket]  # (kept until the mark is written: a failure retries it)
+                del self._down[bucket]
+                return False
+            won = swap(bucket, keys.SENTINEL, seen, f"r{now}.{now}")
+            if won:  # else the sentinel changed since the peek (a restore ended): next poll
+                del self._down[bucket]
             return won
         if seen is None:
             return swap(bucket, keys.SENTINEL, None, f"r{now}.{now}")
