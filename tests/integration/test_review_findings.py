@@ -452,12 +452,6 @@ def test_a_bucket_back_from_an_outage_is_restored_even_if_an_older_restore_ends_
 # ---------------------------------------------------------------- the migrator's slices
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a timer that falls due between two migrator runs and missed the fast path is read "
-    "by neither slice of the next run but the cycle: behind a backlog of overdue listings it "
-    "waits minutes",
-)
 def test_a_one_shot_whose_fast_path_failed_is_found_by_the_next_run(
     aws: None, clock: FakeClock, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,8 +4,9 @@ Each minute (and at once for a bucket the fan-out saw lost) a run goes over each
 listings on its own - a bucket whose Redis shard or reads fail is retried and then left, never
 holding up another - in two scans per shard:
 
-- the *upcoming* slice, listings waking within the look-ahead: read every run, so what comes
-  due is never starved by a long backlog;
+- the *upcoming* slice, listings waking within the look-ahead (and since the last pass's
+  start: one written meanwhile may be due already): read every run, so what comes due is
+  never starved by a long backlog;
 - the *cycle* over everything waking before now (overdue one-shots, recurring timers chained in
   Redis at their checkpoints), a budget a run, going on from a saved position.
 
@@ -122,11 +123,15 @@ def bucket_pass(deps: MigratorDeps, bucket: int, now_ms: int, quota: int) -> Mig
     epoch = sentinel.partition(".")[0]  # "ok", or the loss the bucket is restoring from
     saved = json.loads(deps.index.field(bucket, keys.RESUME) or "{}")
     positions: dict[str, str] = saved.get("pos", {}) if saved.get("epoch") == epoch else {}
+    # from where the last pass's slice began: a listing written since that came due meanwhile
+    # (a create whose fast path failed) is read now, not behind the cycle's backlog
+    back = now_ms - deps.lookahead_ms  # how far back at most (none saved: that far)
+    since = max(back, min(now_ms, int(saved.get("since", back))))
     shards = shards_of(bucket, deps.index.bucket_count)
     per_shard = max(1, quota // (2 * len(shards)))
     gone: list[str] = []  # ended-chain notes of deleted listings
     for shard in shards:  # what comes due: read whole every run, never behind a backlog
-        items = _read(deps.wake, shard, now_ms, until, None, None)[0]
+        items = _read(deps.wake, shard, since, until, None, None)[0]
         gone += examine(deps, items, now_ms, until, report)
     ended = 0
     for shard in shards:
@@ -149,7 +154,8 @@ def bucket_pass(deps: MigratorDeps, bucket: int, now_ms: int, quota: int) -> Mig
                 deps.index.swap_field(bucket, keys.SENTINEL, current, "ok")
             )
         positions, epoch = {}, "ok"
-    deps.index.set_field(bucket, keys.RESUME, json.dumps({"epoch": epoch, "pos": positions}))
+    resume = {"epoch": epoch, "pos": positions, "since": now_ms}
+    deps.index.set_field(bucket, keys.RESUME, json.dumps(resume))
     deps.index.forget_ended(bucket, gone, now_ms - deps.retention_ms)
     return report
 
