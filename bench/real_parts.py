@@ -34,12 +34,13 @@ import redis
 
 from bench.common import progress, quick, write_results
 from bench.e2e import Callback, Tenant, at, demo_tenant, lag_stats, local_stack, now_ms, wait_for
+from ops.local.spec import samconfig
 from tests.support.local_stack import admin, real_parts_env
 from timers.core.times import format_ms
 from timers.engine import keys
 from timers.engine.entries import partition_for
 
-BUCKETS = 16  # the template's BucketCount, as the local stack deploys it
+BUCKETS = int(samconfig()["parameters"].get("BucketCount", 16))  # as the local stack deploys
 SPREAD = 16  # the demo tenant's partitions: every bucket
 SLOTS_PER_MIGRATE = 100
 

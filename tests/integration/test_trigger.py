@@ -614,6 +614,40 @@ def test_what_a_run_will_not_send_it_hands_back_at_once(rig: Rig) -> None:
     assert rig.per_fire() == {f"{timer['id']}:{pos}": 1}
 
 
+class FailingOver:
+    """The bucket index while its shard fails over: settles are refused, and so are the first
+    ``refusals`` releases; then Redis answers again."""
+
+    def __init__(self, real: BucketIndex, refusals: int) -> None:
+        self.real, self.refusals = real, refusals
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def settle(self, *args: Any, **kwargs: Any) -> Any:
+        raise redis.ConnectionError("Connection refused")
+
+    def release(self, *args: Any, **kwargs: Any) -> Any:
+        if self.refusals:
+            self.refusals -= 1
+            raise redis.ConnectionError("Connection refused")
+        return self.real.release(*args, **kwargs)
+
+
+def test_a_run_whose_redis_fails_over_hands_its_cards_back_once_it_answers(rig: Rig) -> None:
+    """A failover mid-run (settle refused, then the hand-back refused for a second): the run
+    keeps trying the hand-back while it has time, so the next run goes on at once instead of
+    waiting ~33 s for the lease to end."""
+    timer = rig.api.create(schedule={"type": "every", "seconds": 1})
+    rig.clock.now = T0 + 1_000
+    with pytest.raises(redis.ConnectionError):
+        rig.run(index=FailingOver(rig.index, refusals=2))
+    assert rig.per_fire() == Counter({f"{timer['id']}:{T0 + 1_000}": 1})
+    rig.clock.now = max(rig.clock(), T0 + 2_000)
+    rig.run()
+    assert rig.per_fire()[f"{timer['id']}:{T0 + 2_000}"] == 1
+
+
 # ---------------------------------------------------------------- changes win
 
 

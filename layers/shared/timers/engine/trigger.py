@@ -75,6 +75,7 @@ STOP_LEASING_MS = 15_000  # a run takes no new work after this: the fan-out re-s
 LEASE_GRACE_MS = LAPSE_MARGIN_MS + 1_000  # a lease ends only after the run's claims lapsed
 CLAIM_ATTEMPTS = 3  # tries of one claim write before its cards are given back
 CLAIM_RETRY_MS = 1_000  # a chunk whose claims kept failing is leasable again this much later
+HAND_BACK_RETRY_MS = 500  # a hand-back Redis refused is tried again while the run has time
 ITEM_WORKERS = 8  # fire-log items claimed in parallel (one item's chunks go in turn)
 
 Hook = Literal["leased", "claimed", "sent", "recorded", "checkpointed", "finished"]
@@ -695,12 +696,19 @@ class Run:
                 assert job.entry is not None
                 released[job.ref[0]][job.name] = replace(job.entry, until=0)
             self._write_back(released, {job.ref: job for job in unsent})
-            if self.held:
-                self.report.handed_back += len(self.held)
+        except Exception:  # the claims lapse at the deadline instead
+            log.exception("hand-back failed; claims will lapse")
+        while self.held:
+            try:
                 self.deps.index.release(self.bucket, {c: c.pos for c in self.held.values()})
+                self.report.handed_back += len(self.held)
                 self.held = {}
-        except Exception:  # the leases end and the claims lapse at the deadline instead
-            log.exception("hand-back failed; leases and claims will lapse")
+            except Exception:  # a failover: its replica takes over in seconds, not a lease
+                if self._left() <= 2 * REDIS_CALL_MS:
+                    log.exception("hand-back failed; leases will end at the deadline")
+                    return
+                log.warning("hand-back failed; retrying", exc_info=True)
+                self.deps.sleep(HAND_BACK_RETRY_MS / 1000)
 
 
 def _earliest(a: int | None, b: int | None) -> int | None:
