@@ -584,16 +584,16 @@ def test_two_attempts_at_once_make_one_set_of_timers_and_lose_none(
     timers, which exist (the in-flight variant used to delete the timer: 404)."""
     headers = {"Idempotency-Key": "order-8"}
     timers = api.runtime.service.timers
-    create_one = timers.create_one
+    create_guarded = timers.create_guarded
     answers: list[Any] = []
 
-    def slow_first(timer: Any) -> None:
+    def slow_first(created: Any, guard: Any) -> Any:
         if not answers:  # the second attempt runs to its end while the first is here
             answers.append(None)
             answers[0] = api.call("POST", "/v1/timers", body=bad(), headers=headers)
-        create_one(timer)
+        return create_guarded(created, guard)
 
-    monkeypatch.setattr(timers, "create_one", slow_first)
+    monkeypatch.setattr(timers, "create_guarded", slow_first)
     first = api.call("POST", "/v1/timers", body=bad(), headers=headers)
     second = answers[0]
     assert first.status == second.status == 201, (first.body, second.body)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import binascii
 import builtins
-import contextlib
 import hashlib
 import json
 import logging
@@ -24,7 +23,6 @@ from timers.adapters.idempotency import IdempotencyRecord, IdempotencyStore
 from timers.adapters.tenants import Tenant
 from timers.core import timer as timers
 from timers.core.errors import (
-    ConcurrentUpdate,
     FieldError,
     IdempotencyConflict,
     InvalidInput,
@@ -171,7 +169,7 @@ class TimerService:
         seen = self.idempotency.claim(tenant.name, key, body_hash, ids, built[0].created_ms)
         if seen is not None:
             return self._replay(tenant, key, specs, single, seen)
-        self._store_keyed(built)
+        self.changes.store_new(built, False, self.idempotency.guard(tenant.name, key))
         self.idempotency.complete(tenant.name, key)
         return [timer_view(t) for t in built]
 
@@ -192,16 +190,9 @@ class TimerService:
             )
         first = self._build_all(tenant, specs, seen.timer_ids, seen.created_ms, single)
         if not seen.done:
-            for timer in first:
-                self._store_keyed([timer])
+            self.changes.store_new(first, False, self.idempotency.guard(tenant.name, key))
             self.idempotency.complete(tenant.name, key)
         return [timer_view(t) for t in first]
-
-    def _store_keyed(self, created: Sequence[Timer]) -> None:
-        """Store timers whose ids an idempotency record holds. One that exists already was
-        stored by another request with the key: the same timer (same body, id and clock)."""
-        with contextlib.suppress(ConcurrentUpdate):
-            self.changes.store_new(created, take_back=False)
 
     def _targets(
         self,

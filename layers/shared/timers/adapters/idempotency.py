@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from pynamodb.attributes import NumberAttribute, TTLAttribute, UnicodeAttribute
 from pynamodb.exceptions import PutError
@@ -84,6 +85,19 @@ class IdempotencyStore:
         return IdempotencyRecord(
             item.body_hash, json.loads(item.timer_ids), int(item.created_ms), done
         )
+
+    def guard(self, tenant: str, key: str) -> dict[str, Any]:
+        """A TransactWriteItems ConditionCheck: the key's first request is not done (its
+        timers are not all stored yet)."""
+        return {
+            "ConditionCheck": {
+                "TableName": IdempotencyItem.Meta.table_name,
+                "Key": {"pk": {"S": f"{tenant}|{key}"}},
+                "ConditionExpression": "#state = :pending",
+                "ExpressionAttributeNames": {"#state": "state"},
+                "ExpressionAttributeValues": {":pending": {"S": "pending"}},
+            }
+        }
 
     def complete(self, tenant: str, key: str) -> None:
         IdempotencyItem(f"{tenant}|{key}").update(actions=[IdempotencyItem.state.set("done")])

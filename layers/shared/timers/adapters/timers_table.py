@@ -259,6 +259,24 @@ class TimerStore(LowLevelClient):
             for timer in timers:
                 batch.save(self.item(timer))
 
+    def create_guarded(self, timers: Sequence[Timer], guard: dict[str, Any]) -> list[Timer]:
+        """Each timer (and its payload) in a transaction with ``guard`` (a ConditionCheck),
+        only if absent; returns those stored. A keyed create uses it: once its key is done, a
+        late attempt writes nothing (the timers may have been changed or deleted since)."""
+        stored: list[Timer] = []
+        for timer in timers:
+            absent = {"ConditionExpression": "attribute_not_exists(timer_id)"}
+            writes = [guard, {"Put": {"TableName": self.table,
+                                      "Item": self.item(timer).serialize(), **absent}}]  # fmt: skip
+            if (payload := self.payload_item(timer)) is not None:
+                writes.append({"Put": {"TableName": self.table, "Item": payload.serialize()}})
+            try:
+                self.transact(writes)
+            except ConcurrentUpdate:  # stored by another attempt, or the key is done
+                continue
+            stored.append(timer)
+        return stored
+
     def remove_new(self, timers: Sequence[Timer]) -> None:
         """Best effort: delete what a failed batch create may have written - the timers first,
         their payloads only once no timer can be left without its own."""

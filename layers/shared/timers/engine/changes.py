@@ -47,6 +47,7 @@ class TimerPort(Protocol):
 
     def get(self, tenant: str, timer_id: str, consistent: bool = True) -> Timer | None: ...
     def create(self, timers: Sequence[Timer]) -> None: ...
+    def create_guarded(self, timers: Sequence[Timer], guard: dict[str, Any]) -> list[Timer]: ...
     def remove_new(self, timers: Sequence[Timer]) -> None: ...
     def change_writes(self, before: Timer, after: Timer | None) -> list[dict[str, Any]]: ...
     def transact(self, writes: Sequence[dict[str, Any]]) -> None: ...
@@ -106,16 +107,22 @@ class Changes:
 
     # ---------------------------------------------------------------- create
 
-    def store_new(self, created: Sequence[Timer], take_back: bool) -> None:
+    def store_new(
+        self, created: Sequence[Timer], take_back: bool, guard: dict[str, Any] | None = None
+    ) -> None:
         """Listings first (a listing without its timer is young, then dead: R4), then the
         timers, then the fast path: what is due within the look-ahead goes into Redis now.
-        ``take_back``: a failure takes back what was written (new ids: nobody else knows them)."""
+        ``take_back``: a failure takes back what was written (new ids: nobody else knows them).
+        ``guard`` (a keyed create): each timer stored only if absent and the guard holds."""
         listings = [x for t in created if (x := listing_of(t))]
         listed_at = self.clock()
         if listings:
             self.wake.put(self.wake.items(listings, listed_at))
         try:
-            self.timers.create(created)
+            if guard is not None:
+                created = self.timers.create_guarded(created, guard)
+            else:
+                self.timers.create(created)
         except Exception:
             if take_back:
                 self.timers.remove_new(created)
