@@ -37,7 +37,7 @@ def test_every_template_function_runs_with_its_handler_code_and_environment() ->
     assert fanout.environment["TRIGGER_FUNCTION_NAME"] == "TriggerFunction"
     assert fanout.environment["TIMERS_TABLE"] == "TimersTable"
     assert fanout.environment["TENANT_QUEUE_PREFIX"] == "timers-tenant-"  # ${AWS::StackName}
-    assert fanout.environment["BUCKET_COUNT"] == "64"  # samconfig.toml's override
+    assert fanout.environment["BUCKET_COUNT"] == "16"  # samconfig.toml's overrides
     assert fanout.environment["REDIS_URL"] == LOCAL["REDIS_URL"]  # the local stand-in wins
     assert (fanout.timeout_s, fanout.memory_mb, fanout.async_retries) == (75.0, 256, 0)
     assert stack.functions["ApiFunction"].memory_mb == 512  # its own, over the Globals
