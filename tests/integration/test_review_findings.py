@@ -183,12 +183,6 @@ def expire_claim_items(at: Rig) -> None:
             dynamodb.delete_item(TableName=SETTINGS.claims_table, Key={"k": item["k"]})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a one-shot that fired more than a day late outlives its fire-log entry (the entry's "
-    "TTL counts from the position, the timer's from the resume): it shows active again and a "
-    "PATCH fires it a second time",
-)
 def test_a_one_shot_fired_late_never_fires_again_after_its_entry_expires(
     rig: Rig,  # noqa: F811
 ) -> None:

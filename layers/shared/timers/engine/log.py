@@ -121,9 +121,18 @@ class FireLog(LowLevelClient):
         self.cap = cap
         self._sealed: dict[str, frozenset[str]] = {}  # sealed item -> its names, for good
 
-    def expires_at(self, key: str) -> int:
-        """TTL of an item (epoch s): its second plus the retention and a margin."""
-        return int(key.split("/", 2)[1]) + self.retention_days * 86_400 + TTL_MARGIN_S
+    def expires_at(self, key: str, entries: Iterable[Entry] = ()) -> int:
+        """TTL of an item (epoch s): its second - or the latest time its entries name (a fire
+        sent days late: its entry must outlive the timer) - plus the retention and a margin."""
+        times = [t // 1000 for e in entries for t in (e.until, e.enqueued) if t]
+        latest = max([int(key.split("/", 2)[1]), *times])
+        return latest + self.retention_days * 86_400 + TTL_MARGIN_S
+
+    def _ttl_set(self, key: str, entries: Iterable[Entry]) -> str:
+        """The TTL's SET clause: raised to what ``entries`` need (their times only grow with
+        the clock), else left as it is."""
+        late = self.expires_at(key, entries) > self.expires_at(key)
+        return f"{TTL} = :ttl" if late else f"{TTL} = if_not_exists({TTL}, :ttl)"
 
     # ---------------------------------------------------------------- reads
 
@@ -219,13 +228,13 @@ class FireLog(LowLevelClient):
             key,
             "SET "
             + ", ".join(f"{a} = :v{i}" for i, a in enumerate(names))
-            + f", {TTL} = if_not_exists({TTL}, :ttl), #c = if_not_exists(#c, :zero) + :k",
+            + f", {self._ttl_set(key, entries.values())}, #c = if_not_exists(#c, :zero) + :k",
             "attribute_not_exists(#sl) AND (attribute_not_exists(#c) OR #c <= :room)"
             + "".join(f" AND attribute_not_exists({a})" for a in names),
             {**names, "#sl": SEALED, "#c": COUNT},
             {
                 **{f":v{i}": to_map(e) for i, e in enumerate(entries.values())},
-                ":ttl": {"N": str(self.expires_at(key))},
+                ":ttl": {"N": str(self.expires_at(key, entries.values()))},
                 ":zero": {"N": "0"},
                 ":k": {"N": str(n)},
                 ":room": {"N": str(self.cap - n)},
@@ -264,10 +273,13 @@ class FireLog(LowLevelClient):
         names = {f"#e{i}": name for i, name in enumerate(entries)}
         return self._write(
             key,
-            "SET " + ", ".join(f"{a} = :v{i}" for i, a in enumerate(names)),
+            "SET "
+            + ", ".join(f"{a} = :v{i}" for i, a in enumerate(names))
+            + f", {self._ttl_set(key, entries.values())}",
             " AND ".join(f"{a}.#o = :own AND {a}.#r = :r{i}" for i, a in enumerate(names)),
             {**names, "#o": "o", "#r": "r"},
             {
+                ":ttl": {"N": str(self.expires_at(key, entries.values()))},
                 ":own": {"S": owner},
                 **{f":v{i}": to_map(e) for i, e in enumerate(entries.values())},
                 **{f":r{i}": {"N": str(e.rev)} for i, e in enumerate(entries.values())},
