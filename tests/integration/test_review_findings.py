@@ -217,12 +217,6 @@ def test_a_one_shot_fired_late_never_fires_again_after_its_entry_expires(
 # ---------------------------------------------------------------- changes win
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a delete that meets a claimed fire writes no fence and adopts nothing: the old "
-    "card left in Redis (its drop failed) chains past the owed fire and fires the deleted "
-    "timer every second",
-)
 def test_a_timer_deleted_while_its_fire_is_claimed_never_fires_again_whatever_redis_holds(
     rig: Rig,  # noqa: F811
 ) -> None:

@@ -186,12 +186,14 @@ class Changes:
         writes: list[dict[str, Any]] = []
         kept = after
         if owed is not None and pos is not None:
-            if after is not None:  # a deleted timer's owed fire goes if its claimant lives
-                writes.append(
-                    self.log.adopt_update(
-                        entry_ref(stored.partition, stored.id, pos), _adopted(owed, after), owed
-                    )
-                )
+            # adopted by the new revision (a delete's: the chain ends there, so no stale card
+            # chains past it); a deleted timer's owed fire goes if its claimant lives
+            adopted = (
+                _adopted(owed, after) if after else replace(owed, rev=rev, next=None, end=True)
+            )
+            ref = entry_ref(stored.partition, stored.id, pos)
+            writes.append(self.log.adopt_update(ref, adopted, owed))
+            if after is not None:
                 # the checkpoint stays on the owed fire until it is recorded (R3); the timer
                 # stays live and findable meanwhile (R4)
                 kept = replace(
