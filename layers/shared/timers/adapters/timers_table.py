@@ -339,7 +339,7 @@ class TimerStore(LowLevelClient):
         return self._update(timer, actions)
 
     def complete(self, timer: Timer, n: int, last: int | None, expires_ms: int) -> bool:
-        """A recurring timer fired its last: completed, out of the due index, expiring."""
+        """A recurring timer fired its last: completed, without a checkpoint, expiring."""
         item, payload = self.models.timer, self.models.payload
         actions: list[Action] = [
             item.status.set("completed"),
