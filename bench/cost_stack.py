@@ -61,7 +61,7 @@ from ops.local.spec import QueueSourceSpec  # noqa: E402
 from tests.support.clock import FakeClock  # noqa: E402
 from tests.support.serialized import one_call_at_a_time  # noqa: E402
 from tests.support.webhook_server import WebhookServer  # noqa: E402
-from timers.adapters import http_target, idempotency, tenants, timers_table  # noqa: E402
+from timers.adapters import http_target  # noqa: E402
 from timers.adapters.delivery_records import DeliveryRecords  # noqa: E402
 from timers.adapters.failed_fires import FailedFireStore  # noqa: E402
 from timers.adapters.target_slots import TargetSlots  # noqa: E402
@@ -213,8 +213,9 @@ class Stack:
         specs = table_specs(names)
         raw_dynamodb = boto3.client("dynamodb")
         dynamo = DynamoHooks(self.meter, raw_dynamodb, specs)
-        models = (timers_table.TimerItem, timers_table.PayloadItem)
-        models += (idempotency.IdempotencyItem, tenants.TenantItem, tenants.ApiKeyItem)  # type: ignore[assignment]
+        timer_models, tenant_models = self.runtime.wiring.timers.models, self.runtime.tenants.models
+        models = (timer_models.timer, timer_models.payload, service.idempotency.model,
+                  tenant_models.tenant, tenant_models.api_key)  # fmt: skip
         for model in models:
             dynamo.register(model._get_connection().connection.client)
         wiring = self.runtime.wiring
@@ -278,7 +279,7 @@ class Stack:
                                     clients["records"]),
             slots=TargetSlots(settings.claims_table, settings.webhook_target_concurrency,
                               settings.webhook_tenant_concurrency, clients["slots"]),
-            secrets=delivery_app._SecretCache(),
+            secrets=delivery_app._SecretCache(self.runtime.tenants),
             post=post,
             dead_letter=dead_letter,
             requeue=requeue,
@@ -488,7 +489,7 @@ class Stack:
 
     def delete(self, ids: list[str]) -> None:
         for timer_id in ids:
-            self.runtime.service.delete(tenants.get_tenant(TENANT), timer_id)  # type: ignore[arg-type]
+            self.runtime.service.delete(self.runtime.tenants.get_tenant(TENANT), timer_id)  # type: ignore[arg-type]
 
     def stored_bytes(self, ids: list[str]) -> float:
         """Mean size of these timers' items as DynamoDB bills storage (+100 bytes each)."""

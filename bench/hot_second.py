@@ -30,7 +30,6 @@ from ops.aws_limits import aws_limits
 from ops.offline import use_fake_aws
 from ops.redis_server import RedisServer
 from tests.support.clock import FakeClock
-from timers.adapters import tenants
 from timers.core.schedule import AtSchedule
 from timers.engine.index import BucketIndex
 from timers.engine.log import CLAIM_CAP
@@ -61,8 +60,8 @@ def drain_hot_second(n: int, redis_url: str) -> dict[str, Any]:
         conn.flushall()
         settings = template.local_settings()
         runtime = build_runtime(settings, clock, redis_conn=conn)
-        tenants.put_tenant(TENANT, "https://sqs.us-east-1.amazonaws.com/1/hot", clock())
-        tenant = tenants.get_tenant(TENANT)
+        runtime.tenants.put_tenant(TENANT, "https://sqs.us-east-1.amazonaws.com/1/hot", clock())
+        tenant = runtime.tenants.get_tenant(TENANT)
         assert tenant is not None
         service = runtime.service
         index = runtime.wiring.index

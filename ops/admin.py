@@ -38,7 +38,7 @@ from ops.local import state as local_state
 from ops.local.spec import samconfig
 from ops.offline import LOCAL_CREDENTIALS
 from ops.template import local_settings
-from timers.adapters import tenants
+from timers.adapters.tenants import TenantStore, summary, validate_name
 from timers.config import Settings
 from timers.core.errors import DomainError, NotFound
 
@@ -50,6 +50,10 @@ class Target:
     settings: Settings
     sqs: Any
     known_keys: dict[str, str] = field(default_factory=dict)  # tenant -> a key we may reprint
+
+    @property
+    def tenants(self) -> TenantStore:
+        return TenantStore(self.settings.tenants_table)
 
 
 class NoStack(Exception):
@@ -117,17 +121,17 @@ def now_ms() -> int:
 
 def create_tenant(target: Target, name: str, api_key: str | None = None) -> dict[str, Any]:
     """Create (or complete) a tenant: its callback queue, its record and a key. Idempotent."""
-    tenants.validate_name(name)
-    tenants.bind_tables(target.settings)
+    validate_name(name)
     queue = target.sqs.create_queue(QueueName=f"{target.settings.tenant_queue_prefix}{name}")
+    tenants = target.tenants
     tenant = tenants.put_tenant(name, queue["QueueUrl"], now_ms())
     key = tenants.add_key(name, now_ms(), api_key)
-    return {**tenants.summary(tenant), "api_key": key}
+    return {**summary(tenant), "api_key": key}
 
 
 def run(target: Target, argv: Sequence[str]) -> dict[str, Any]:
     args = _parser().parse_args(argv)
-    tenants.bind_tables(target.settings)
+    tenants = target.tenants
     match (args.noun, args.verb):
         case ("tenant", "create"):
             key = args.api_key or target.known_keys.get(args.name)
@@ -137,7 +141,7 @@ def run(target: Target, argv: Sequence[str]) -> dict[str, Any]:
             if tenant is None:
                 raise NotFound(f"no tenant {args.name!r}")
             return {
-                **tenants.summary(tenant),
+                **summary(tenant),
                 "allowed_queue_urls": sorted(tenant.allowed_queue_urls),
                 "spread": tenant.spread,
             }

@@ -42,7 +42,6 @@ from typing import Any
 
 import boto3
 
-from timers.adapters import timers_table
 from timers.adapters.timers_table import PAYLOAD_SUFFIX, TimerItem, to_timer
 from timers.config import Settings
 from timers.engine.changes import listing_of
@@ -92,7 +91,7 @@ def _timer_listing(raw: dict[str, Any], now_ms: int) -> tuple[bool, Listing | No
     late), and the listing it needs (None: not live)."""
     if PAYLOAD_SUFFIX in raw["timer_id"]["S"]:
         return False, None
-    item = TimerItem.from_raw_data(raw)
+    item = TimerItem.from_raw_data(raw)  # decoding needs the schema only, not a table
     expires = item.expires_at
     if expires is not None and expires.timestamp() * 1000 <= now_ms:
         return False, None
@@ -109,7 +108,6 @@ def migrate(
     progress: Callable[[str], None] = lambda _: None,
 ) -> Report:
     """Write the missing wake listings of every live timer, then delete the old wakeup items."""
-    timers_table.bind(settings.timers_table)
     wake = WakeStore(settings.wakeups_table, settings.fire_retention_days, dynamodb)
     report = Report(dry_run)
 

@@ -27,10 +27,11 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 
-from timers.adapters import http_target, tenants
+from timers.adapters import http_target
 from timers.adapters.delivery_records import DeliveryRecords
 from timers.adapters.failed_fires import FailedFireStore
 from timers.adapters.target_slots import TargetSlots
+from timers.adapters.tenants import TenantStore
 from timers.config import Settings
 from timers.delivery import (
     BatchReport,
@@ -42,7 +43,7 @@ from timers.delivery import (
     settle_batch,
     summary,
 )
-from timers.runtime import bind_tables, wall_clock_ms
+from timers.runtime import wall_clock_ms
 
 logger = Logger()
 metrics = Metrics()
@@ -60,14 +61,15 @@ SECRETS_CACHE_MS = 60_000
 
 
 class _SecretCache:
-    def __init__(self) -> None:
+    def __init__(self, tenants: TenantStore) -> None:
+        self._tenants = tenants
         self._seen: dict[str, tuple[int, list[str]]] = {}
 
     def __call__(self, tenant: str) -> list[str]:
         now = wall_clock_ms()
         seen = self._seen.get(tenant)
         if seen is None or now - seen[0] > SECRETS_CACHE_MS:
-            seen = (now, tenants.signing_secrets(tenant, now))
+            seen = (now, self._tenants.signing_secrets(tenant, now))
             self._seen[tenant] = seen
         return seen[1]
 
@@ -86,7 +88,6 @@ def sqs() -> Any:
 def deps() -> DeliveryDeps:
     """Clients and settings, built once per cold start (not at import)."""
     settings_ = settings()
-    bind_tables(settings_)
     dynamodb = boto3.client("dynamodb", config=AWS_CONFIG)
     allow_loopback = settings_.timers_allow_loopback_targets
 
@@ -106,7 +107,7 @@ def deps() -> DeliveryDeps:
             per_tenant=settings_.webhook_tenant_concurrency,
             client=dynamodb,
         ),
-        secrets=_SecretCache(),
+        secrets=_SecretCache(TenantStore(settings_.tenants_table)),
         post=lambda url, body, headers: http_target.post(
             url, body, headers, allow_loopback=allow_loopback
         ),

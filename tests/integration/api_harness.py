@@ -18,8 +18,8 @@ from ops.template import local_settings
 from tests.support import apigw
 from tests.support.clock import FakeClock
 from tests.support.real_parts import RedisTarget
-from timers.adapters import tenants
 from timers.adapters.failed_fires import DeliveryQueue
+from timers.adapters.tenants import TenantStore
 from timers.core.failures import FailedFire
 from timers.core.webhooks import DeliveryState
 from timers.engine.entries import Entry, entry_ref
@@ -53,6 +53,10 @@ class Api:
     clock: FakeClock
     keys: dict[str, str]
     queues: dict[str, str]
+
+    @property
+    def tenants(self) -> TenantStore:
+        return self.runtime.tenants
 
     def call(
         self,
@@ -110,8 +114,8 @@ def make_api(
     keys, queues = {}, {}
     for name in ("acme", "globex"):
         queues[name] = sqs.create_queue(QueueName=f"timers-tenant-{name}")["QueueUrl"]
-        tenants.put_tenant(name, queues[name], clock())
-        keys[name] = tenants.add_key(name, clock())
+        runtime.tenants.put_tenant(name, queues[name], clock())
+        keys[name] = runtime.tenants.add_key(name, clock())
     return Api(runtime, clock, keys, queues)
 
 

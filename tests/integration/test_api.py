@@ -96,24 +96,24 @@ def test_missing_or_unknown_key_is_401(api: Api, key: str | None) -> None:
 
 
 def test_revoked_key_is_401(api: Api) -> None:
-    assert tenants.revoke_key(api.keys["acme"])
+    assert api.tenants.revoke_key(api.keys["acme"])
     assert api.call("GET", "/v1/tenant").status == 401
 
 
 def test_a_revoked_key_the_api_remembers_is_refused_within_a_second(api: Api) -> None:
     """The api remembers keys (a read per key per 30 s, not per request); a revocation - by
     any process: here ops.admin's function - makes every sandbox forget them within 1 s."""
-    key, other = api.keys["acme"], tenants.add_key("acme", api.clock())
+    key, other = api.keys["acme"], api.tenants.add_key("acme", api.clock())
     assert api.call("GET", "/v1/tenant", key=key).status == 200  # remembered from here on
     assert api.call("GET", "/v1/tenant", key=other).status == 200
     api.clock.advance(300)
-    assert tenants.revoke_key(key)
+    assert api.tenants.revoke_key(key)
     assert api.call("GET", "/v1/tenant", key=key).status == 200  # checked 300 ms ago: trusted
     api.clock.advance(700)  # 1 s after the last check: within a second of the revocation
     assert api.call("GET", "/v1/tenant", key=key).status == 401
     assert api.call("GET", "/v1/tenant", key=other).status == 200  # the others still work
     api.clock.advance(5_000)  # long after any check: refused at once
-    assert tenants.revoke_key(other)
+    assert api.tenants.revoke_key(other)
     assert api.call("GET", "/v1/tenant", key=other).status == 401
 
 
@@ -125,7 +125,7 @@ def test_tenant_is_whoever_the_key_belongs_to(api: Api) -> None:
         "callback_queue_url": api.queues["globex"],
         "retention_days": 30,
     }
-    tenant = tenants.get_tenant("globex")
+    tenant = api.tenants.get_tenant("globex")
     assert tenant is not None and secret == tenant.webhook_secret
     assert secret != api.call("GET", "/v1/tenant").body["webhook_secret"]  # acme's own
 
@@ -494,7 +494,7 @@ def test_payload_is_kept_verbatim(api: Api) -> None:
 def test_only_registered_queues_may_be_targeted(api: Api) -> None:
     other = boto3.client("sqs").create_queue(QueueName="acme-extra")["QueueUrl"]
     assert api.call("POST", "/v1/timers", body=bad(target={"queue_url": other})).status == 400
-    tenants.allow_queue("acme", other)
+    api.tenants.allow_queue("acme", other)
     api.clock.advance(tenants.AUTH_CACHE_MS)  # an api instance re-reads its tenants that often
     assert api.create(**bad(target={"queue_url": other}))["target"]["queue_url"] == other
     # another tenant's callback queue is never a valid target
@@ -1000,8 +1000,7 @@ def test_preview_honours_max_fires_and_end(api: Api) -> None:
 
 
 def test_tenant_over_its_rate_is_429_until_the_next_second(api: Api) -> None:
-    tenant_item = tenants.TenantItem.get("TENANT#acme")
-    tenant_item.update(actions=[tenants.TenantItem.rate_limit_per_s.set(3)])
+    api.tenants.set_rate_limit("acme", 3)
     replies = [api.call("GET", "/v1/tenant").status for _ in range(4)]
     assert replies == [200, 200, 200, 429]
     assert api.call("GET", "/v1/tenant", tenant="globex").status == 200  # others unaffected
@@ -1010,9 +1009,8 @@ def test_tenant_over_its_rate_is_429_until_the_next_second(api: Api) -> None:
 
 
 def test_rate_limited_reply_has_the_contract_body(api: Api) -> None:
-    tenants.TenantItem.get("TENANT#acme").update(
-        actions=[tenants.TenantItem.rate_limit_per_s.set(0)]
-    )
+    item = api.tenants.models.tenant  # a rate of 0: below what set_rate_limit takes
+    item.get("TENANT#acme").update(actions=[item.rate_limit_per_s.set(0)])
     reply = api.call("GET", "/v1/tenant")
     assert reply.status == 429
     assert reply.error_code == "rate_limited"

@@ -226,7 +226,7 @@ def test_made_up_keys_are_refused_before_they_cost_a_read(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lookups: list[str | None] = []
-    real = tenants.authenticate
+    real = api.tenants.authenticate
 
     def counted(key: str | None) -> Any:
         lookups.append(key)
@@ -255,7 +255,7 @@ def test_a_flood_of_made_up_keys_does_not_push_out_known_ones() -> None:
         lookups.append(key)
         return acme if key == "tk_good" else None
 
-    auth = tenants.CachedAuthenticator(lambda: now[0], lookup, size=5, revocations=lambda: 0)
+    auth = tenants.CachedAuthenticator(lambda: now[0], lookup, lambda: 0, size=5)
     assert auth("tk_good") == acme
     for n in range(100):
         assert auth(f"tk_bad-{n}") is None

@@ -16,7 +16,7 @@ from ops import template
 from ops.dynamodb_local import client, java_major
 from ops.template import local_settings
 from tests.support.real_parts import dynamodb_at
-from timers.adapters import tenants
+from timers.adapters.tenants import TenantStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_parts]
 
@@ -38,7 +38,7 @@ def test_it_holds_the_templates_tables(dynamodb: Any) -> None:
 
 def test_the_adapters_reach_it_through_the_standard_variable(dynamodb: Any) -> None:
     assert os.environ["AWS_ENDPOINT_URL_DYNAMODB"] == dynamodb.meta.endpoint_url
-    tenants.bind_tables(local_settings())
+    tenants = TenantStore(local_settings().tenants_table)
     sqs = boto3.client("sqs")  # still moto's
     queue = sqs.create_queue(QueueName="timers-tenant-acme")["QueueUrl"]
 

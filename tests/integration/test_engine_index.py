@@ -892,7 +892,8 @@ def exercise(index: BucketIndex, buckets: int) -> None:
     per_bucket = {b: many(12, NOW - b, tenant=f"t{b}", partition=b) for b in range(buckets)}
     every = [c for cs in per_bucket.values() for c in cs]
     assert index.put(every) == 12 * buckets
-    assert index.revisions([(c.timer.partition, c.member, 1) for c in every]) == [(1, 0)] * len(every)
+    revisions = index.revisions([(c.timer.partition, c.member, 1) for c in every])
+    assert revisions == [(1, 0)] * len(every)
     assert index.peek(range(buckets), NOW) == {
         b: Peek(NOW - b, 12, None, None, None) for b in range(buckets)
     }

@@ -22,7 +22,6 @@ from ops import migrate_v2
 from ops.template import local_settings
 from tests.support.clock import T0, FakeClock
 from timers import runtime
-from timers.adapters import timers_table
 from timers.adapters.timers_table import TimerStore
 from timers.config import Settings
 from timers.core.schedule import AtSchedule, CronSchedule, EverySchedule, Schedule
@@ -98,8 +97,7 @@ def _old_wakeup(client: Any, timer: Timer, due: int) -> None:
 def old_deployment(settings: Settings, clock: FakeClock) -> Any:
     """Timers of every kind stored by the previous format, with their old wakeup items."""
     client = boto3.client("dynamodb")
-    timers_table.bind(settings.timers_table)
-    store = TimerStore(clock=clock)
+    store = TimerStore(settings.timers_table, clock=clock)
     for timer in [*LIVE.values(), *DEAD.values()]:
         if payload := store.payload_item(timer):
             payload.save()

@@ -32,8 +32,8 @@ from timers.core.schedule import AtSchedule, EverySchedule, Schedule
 from timers.core.timer import Timer, new_timer_id
 from timers.core.times import format_ms
 from timers.engine import keys
-from timers.engine.entries import entry_for, entry_ref, step, successor
 from timers.engine.changes import CREATE_MS
+from timers.engine.entries import entry_for, entry_ref, step, successor
 from timers.engine.fanout import Fanout
 from timers.engine.index import BucketIndex, member_of
 from timers.engine.migrate import ATTEMPTS, MigrationReport, MigratorDeps, run_migrator

@@ -13,7 +13,6 @@ from openapi_spec_validator.validation import OpenAPIV31SpecValidator
 
 from tests.integration.api_harness import Api, make_api, seed_failed_fire
 from tests.support.clock import FakeClock
-from timers.adapters import tenants
 
 HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
@@ -141,9 +140,8 @@ def test_every_error_is_the_contracts_body_and_429_says_when_to_retry(
 
 
 def test_a_rate_limited_answer_carries_retry_after(api: Api, doc: dict[str, Any]) -> None:
-    tenants.TenantItem.get("TENANT#acme").update(
-        actions=[tenants.TenantItem.rate_limit_per_s.set(0)]
-    )
+    item = api.tenants.models.tenant  # a rate of 0: below what set_rate_limit takes
+    item.get("TENANT#acme").update(actions=[item.rate_limit_per_s.set(0)])
     reply = api.call("GET", "/v1/tenant")
     assert (reply.status, reply.error_code) == (429, "rate_limited")
     assert reply.headers["retry-after"] == "1"

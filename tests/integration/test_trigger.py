@@ -45,7 +45,7 @@ from tests.integration.api_harness import SETTINGS, Api, make_api
 from tests.support.callbacks import drain
 from tests.support.clock import T0, FakeClock
 from timers.adapters import tenants
-from timers.adapters.timers_table import PAYLOAD_SUFFIX, PayloadItem, TimerItem
+from timers.adapters.timers_table import PAYLOAD_SUFFIX
 from timers.core.times import format_ms, parse_ms
 from timers.engine import keys
 from timers.engine.entries import CHECKPOINT_EVERY, LAPSE_MARGIN_MS, Entry, entry_ref
@@ -191,7 +191,7 @@ class Rig:
         return self.api.runtime.wiring.timers
 
     def stored_item_expiry(self, timer_id: str, tenant: str = "acme") -> Any:
-        return TimerItem.get(tenant, timer_id).expires_at
+        return self.stored_store.models.timer.get(tenant, timer_id).expires_at
 
     def cards(self) -> dict[str, tuple[int, Card]]:
         """Every card in Redis (member -> its score and card), due or leased."""
@@ -902,7 +902,7 @@ def test_a_timer_whose_payload_item_is_gone_is_never_sent_with_a_made_up_payload
     other timers of its bucket are restored all the same."""
     timer = rig.api.create(schedule=after(1), payload={"big": "x" * 2_000})
     other = rig.api.create(schedule=after(1), payload="fine")
-    PayloadItem("acme", timer["id"] + PAYLOAD_SUFFIX).delete()
+    rig.stored_store.models.payload("acme", timer["id"] + PAYLOAD_SUFFIX).delete()
     rig.api.runtime.redis.flushall()  # the card (with its payload) is gone from Redis too
     rig.clock.now = T0 + 1_000
     report = rig.migrate()
@@ -1037,11 +1037,11 @@ def test_a_big_payload_expires_with_its_completed_timer_and_never_under_a_rearme
     before = rig.stored(timer["id"])
     rig.api.call("PATCH", f"/v1/timers/{timer['id']}", body={"max_fires": 5})  # re-armed
     assert not store.complete(before, 1, T0 + 1_000, rig.clock() + 60_000)  # a stale revision
-    payload = PayloadItem.get("acme", timer["id"] + PAYLOAD_SUFFIX)
+    payload = store.models.payload.get("acme", timer["id"] + PAYLOAD_SUFFIX)
     assert payload.expires_at is None
     current = rig.stored(timer["id"])
     assert store.complete(current, 1, T0 + 1_000, rig.clock() + 60_000)
-    expiry = PayloadItem.get("acme", timer["id"] + PAYLOAD_SUFFIX).expires_at
+    expiry = store.models.payload.get("acme", timer["id"] + PAYLOAD_SUFFIX).expires_at
     assert expiry == rig.stored_item_expiry(timer["id"])
 
 
@@ -1069,7 +1069,7 @@ def test_fifo_targets_get_dedup_and_group_ids(rig: Rig) -> None:
     url = rig.sqs.real.create_queue(
         QueueName="timers-tenant-acme-orders.fifo", Attributes={"FifoQueue": "true"}
     )["QueueUrl"]
-    tenants.allow_queue("acme", url)
+    rig.api.tenants.allow_queue("acme", url)
     rig.clock.advance(tenants.AUTH_CACHE_MS)
     timer = rig.api.create(schedule={"type": "every", "seconds": 1}, target={"queue_url": url})
     until_armed(rig, rig.clock() + 1_000)
@@ -1235,7 +1235,7 @@ def test_a_hot_second_seals_full_claim_items_and_fires_each_position_once(rig: R
     """Issue 16, defect 2: one tenant's fires of one second all live in one claim item, which
     DynamoDB refuses past 400 KB. Items take at most CLAIM_CAP entries; a full one is sealed
     and its positions live in child items - late at worst, never stuck."""
-    tenants.set_spread("acme", 1)  # every timer in one claim partition
+    rig.api.tenants.set_spread("acme", 1)  # every timer in one claim partition
     rig.log.cap = 8
     created = create_many(rig, "acme", 120, [T0 + 1_000])
     rig.sqs.real = SinkSqs()
@@ -1257,7 +1257,7 @@ def test_claims_go_below_the_full_items_a_run_has_seen(rig: Rig) -> None:
     """A sealed item never gains an entry, so once a run has read one whole, it claims the
     positions that item lacks in the children at once: each full item is written to in vain
     once, not once per chunk (a failed write costs the whole item's size)."""
-    tenants.set_spread("acme", 1)
+    rig.api.tenants.set_spread("acme", 1)
     rig.log.cap = 8
     created = create_many(rig, "acme", 120, [T0 + 1_000])
     rig.sqs.real = SinkSqs()
@@ -1279,7 +1279,7 @@ def test_claims_go_below_the_full_items_a_run_has_seen(rig: Rig) -> None:
 def test_a_change_fences_its_cursor_below_a_full_item(rig: Rig) -> None:
     """A fence is a new attribute too: in a full item it goes to the child, where the member
     of the older revision finds it."""
-    tenants.set_spread("acme", 1)
+    rig.api.tenants.set_spread("acme", 1)
     rig.log.cap = 8
     timer = rig.api.create(schedule={"type": "at", "at": format_ms(T0 + 2_900)})
     create_many(rig, "acme", 8, [T0 + 2_000])  # they fill the root item of 10:00:02

@@ -41,7 +41,6 @@ from tests.integration.api_harness import Api, make_api
 from tests.stateful.model import Model, Sent
 from tests.support.clock import T0, FakeClock
 from tests.support.real_parts import RedisTarget, dynamodb_at
-from timers.adapters import tenants
 from timers.core import timer as timer_core
 from timers.core.times import parse_ms
 from timers.engine import keys
@@ -354,9 +353,9 @@ class World:
         ids = itertools.count()  # timer ids (so partitions and buckets) the same on a replay
         monkeypatch.setattr(timer_core, "new_timer_id", lambda: f"tmr_{next(ids):024d}")
         self.api: Api = make_api(monkeypatch, self.clock, redis_at, bucket_count=BUCKETS)
-        tenants.set_spread("acme", 1)  # one partition: hot seconds in one claim item
+        self.api.tenants.set_spread("acme", 1)  # one partition: hot seconds in one claim item
         for name in ("acme", "globex"):  # the test reads a lot in one millisecond
-            tenants.set_rate_limit(name, 1_000_000)
+            self.api.tenants.set_rate_limit(name, 1_000_000)
         stack.enter_context(self.faults.installed())
         stack.enter_context(self.outage.installed())
         self.wiring = self.api.runtime.wiring

@@ -20,11 +20,11 @@ from botocore.config import Config
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from timers.adapters import idempotency, tenants, timers_table
 from timers.adapters.delivery_records import DeliveryRecords
 from timers.adapters.failed_fires import DeliveryQueue, FailedFireStore
+from timers.adapters.idempotency import IdempotencyStore
 from timers.adapters.ratelimit import RateLimiter
-from timers.adapters.tenants import CachedAuthenticator
+from timers.adapters.tenants import CachedAuthenticator, TenantStore
 from timers.adapters.timers_table import TimerStore
 from timers.config import Settings
 from timers.engine.changes import Changes, Checkpoints
@@ -132,13 +132,6 @@ def redis_time_ms(client: Any) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
-def bind_tables(settings: Settings) -> None:
-    """Point the pynamodb models at this deployment's tables."""
-    timers_table.bind(settings.timers_table)
-    idempotency.bind(settings.idempotency_table)
-    tenants.bind_tables(settings)
-
-
 @dataclass(frozen=True)
 class Wiring:
     """What every fire-path function shares: the stores and the Redis index."""
@@ -160,10 +153,9 @@ def wire(
     dynamodb: Any = None,
     record_dynamodb: Any = None,
 ) -> Wiring:
-    bind_tables(settings)
     conn = redis_conn if redis_conn is not None else redis_client(settings)
     index = BucketIndex(conn, settings.bucket_count)
-    timers = TimerStore(clock=clock)
+    timers = TimerStore(settings.timers_table, clock=clock)
     log = FireLog(settings.claims_table, settings.fire_retention_days, dynamodb, record_dynamodb)
     wake = WakeStore(settings.wakeups_table, settings.fire_retention_days, dynamodb)
     changes = Changes(
@@ -260,6 +252,7 @@ class Runtime:
     service: TimerService
     rate_limiter: RateLimiter
     authenticate: CachedAuthenticator
+    tenants: TenantStore
     redis: Any
     failures: FailedFireService
     wiring: Wiring
@@ -277,7 +270,7 @@ def build_runtime(
     service = TimerService(
         w.changes,
         deliveries,
-        idempotency.IdempotencyStore(),
+        IdempotencyStore(s.idempotency_table),
         clock,
         allow_loopback_targets=s.timers_allow_loopback_targets,
     )
@@ -290,4 +283,6 @@ def build_runtime(
         clock=clock,
     )
     limiter = RateLimiter(w.redis, clock)
-    return Runtime(s, service, limiter, CachedAuthenticator(clock), w.redis, failures, w)
+    tenants = TenantStore(s.tenants_table)
+    authenticate = CachedAuthenticator(clock, tenants.authenticate, tenants.revocation_count)
+    return Runtime(s, service, limiter, authenticate, tenants, w.redis, failures, w)

@@ -1,10 +1,27 @@
-"""The low-level DynamoDB client the adapters share, built on first use."""
+"""What the DynamoDB adapters share: pynamodb models bound to a table, the low-level client
+built on first use, and how a failed call is read."""
 
 from __future__ import annotations
 
-from typing import Any
+import types
+from functools import cache
+from typing import Any, TypeVar, cast
 
 import boto3
+from pynamodb.models import Model
+
+M = TypeVar("M", bound=Model)
+
+
+@cache
+def bound_model(schema: type[M], table: str) -> type[M]:
+    """``schema`` (a Model without a Meta: no table) on ``table``: a subclass with a Meta of its
+    own, so it has its own table name and its own pynamodb connection (pynamodb keeps one per
+    class). Built once per table: that connection holds a botocore client."""
+    meta = type("Meta", (), {"table_name": table})
+    body = {"Meta": meta, "__module__": schema.__module__}
+    bound = types.new_class(schema.__name__, (schema,), exec_body=lambda ns: ns.update(body))
+    return cast(type[M], bound)
 
 
 class LowLevelClient:

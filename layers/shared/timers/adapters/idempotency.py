@@ -17,15 +17,14 @@ from pynamodb.attributes import NumberAttribute, TTLAttribute, UnicodeAttribute
 from pynamodb.exceptions import PutError
 from pynamodb.models import Model
 
-from timers.adapters.dynamodb import failed_because
+from timers.adapters.dynamodb import bound_model, failed_because
 from timers.core.times import from_ms
 
 IDEMPOTENCY_TTL = timedelta(hours=24)
 
 
 class IdempotencyItem(Model):
-    class Meta:
-        table_name = "idempotency"
+    """The schema only: an IdempotencyStore binds it to its table."""
 
     pk = UnicodeAttribute(hash_key=True)
     body_hash = UnicodeAttribute()
@@ -33,10 +32,6 @@ class IdempotencyItem(Model):
     state = UnicodeAttribute()  # pending | done
     created_ms = NumberAttribute()
     expires_at = TTLAttribute()
-
-
-def bind(table: str) -> None:
-    IdempotencyItem.Meta.table_name = table
 
 
 @dataclass(frozen=True)
@@ -48,12 +43,15 @@ class IdempotencyRecord:
 
 
 class IdempotencyStore:
+    def __init__(self, table: str) -> None:
+        self.model = bound_model(IdempotencyItem, table)
+
     def claim(
         self, tenant: str, key: str, body_hash: str, timer_ids: list[str], now_ms: int
     ) -> IdempotencyRecord | None:
         """Record the first use of a key; returns the existing record if the key was used."""
         pk = f"{tenant}|{key}"
-        item = IdempotencyItem(
+        item = self.model(
             pk,
             body_hash=body_hash,
             timer_ids=json.dumps(timer_ids),
@@ -62,9 +60,7 @@ class IdempotencyStore:
             expires_at=from_ms(now_ms) + IDEMPOTENCY_TTL,
         )
         # DynamoDB deletes expired items lazily, so an expired record counts as absent
-        fresh = IdempotencyItem.pk.does_not_exist() | (
-            IdempotencyItem.expires_at <= from_ms(now_ms)
-        )
+        fresh = self.model.pk.does_not_exist() | (self.model.expires_at <= from_ms(now_ms))
         try:
             item.save(condition=fresh)
             return None
@@ -76,8 +72,8 @@ class IdempotencyStore:
     def read(self, tenant: str, key: str, now_ms: int) -> IdempotencyRecord | None:
         """The key's record, unless it expired (consistent)."""
         try:
-            item = IdempotencyItem.get(f"{tenant}|{key}", consistent_read=True)
-        except IdempotencyItem.DoesNotExist:
+            item = self.model.get(f"{tenant}|{key}", consistent_read=True)
+        except self.model.DoesNotExist:
             return None
         if item.expires_at <= from_ms(now_ms):
             return None
@@ -91,7 +87,7 @@ class IdempotencyStore:
         timers are not all stored yet)."""
         return {
             "ConditionCheck": {
-                "TableName": IdempotencyItem.Meta.table_name,
+                "TableName": self.model.Meta.table_name,
                 "Key": {"pk": {"S": f"{tenant}|{key}"}},
                 "ConditionExpression": "#state = :pending",
                 "ExpressionAttributeNames": {"#state": "state"},
@@ -100,4 +96,4 @@ class IdempotencyStore:
         }
 
     def complete(self, tenant: str, key: str) -> None:
-        IdempotencyItem(f"{tenant}|{key}").update(actions=[IdempotencyItem.state.set("done")])
+        self.model(f"{tenant}|{key}").update(actions=[self.model.state.set("done")])

@@ -24,8 +24,7 @@ from pynamodb.attributes import NumberAttribute, UnicodeAttribute, UnicodeSetAtt
 from pynamodb.exceptions import PutError
 from pynamodb.models import Model
 
-from timers.adapters.dynamodb import failed_because
-from timers.config import Settings
+from timers.adapters.dynamodb import bound_model, failed_because
 from timers.core.errors import (
     ConcurrentUpdate,
     FieldError,
@@ -56,8 +55,8 @@ AUTH_CACHE_SIZE = 10_000
 
 
 class TenantItem(Model):
-    class Meta:
-        table_name = "tenants"
+    """The schemas of the tenants table's items (this one, ApiKeyItem, RevocationsItem); a
+    TenantStore binds them to its table."""
 
     pk = UnicodeAttribute(hash_key=True)
     name = UnicodeAttribute()
@@ -71,9 +70,6 @@ class TenantItem(Model):
 
 
 class ApiKeyItem(Model):
-    class Meta:
-        table_name = "tenants"
-
     pk = UnicodeAttribute(hash_key=True)
     tenant = UnicodeAttribute()
     key_id = UnicodeAttribute()
@@ -81,17 +77,25 @@ class ApiKeyItem(Model):
 
 
 class RevocationsItem(Model):
-    class Meta:
-        table_name = "tenants"
-
     pk = UnicodeAttribute(hash_key=True)
     revoked = NumberAttribute(default=0)
 
 
-def bind_tables(settings: Settings) -> None:
-    TenantItem.Meta.table_name = settings.tenants_table
-    ApiKeyItem.Meta.table_name = settings.tenants_table
-    RevocationsItem.Meta.table_name = settings.tenants_table
+@dataclass(frozen=True)
+class TenantModels:
+    """The models on one tenants table."""
+
+    tenant: type[TenantItem]
+    api_key: type[ApiKeyItem]
+    revocations: type[RevocationsItem]
+
+
+def models_for(table: str) -> TenantModels:
+    return TenantModels(
+        bound_model(TenantItem, table),
+        bound_model(ApiKeyItem, table),
+        bound_model(RevocationsItem, table),
+    )
 
 
 @dataclass(frozen=True)
@@ -145,42 +149,160 @@ def _secrets_json(entries: tuple[tuple[str, int | None], ...]) -> str:
     return json.dumps([{"s": s, "until": until} for s, until in entries])
 
 
-def signing_secrets(name: str, now_ms: int) -> list[str]:
-    """The secrets that sign a tenant's webhooks now (none: no such tenant)."""
-    tenant = get_tenant(name)
-    return tenant.signing_secrets(now_ms) if tenant else []
+def validate_name(name: str) -> None:
+    if not TENANT_NAME.fullmatch(name):
+        raise InvalidInput(
+            "invalid tenant name",
+            [FieldError("name", "1-40 characters: lower-case letters, digits and '-'")],
+        )
 
 
-def get_tenant(name: str) -> Tenant | None:
-    try:
-        return _to_tenant(TenantItem.get(_tenant_pk(name), consistent_read=True))
-    except TenantItem.DoesNotExist:
-        return None
+class TenantStore:
+    """Tenants, their keys and the revocation count, in one tenants table."""
 
+    def __init__(self, table: str) -> None:
+        self.models = models_for(table)
 
-def authenticate(api_key: str | None) -> Tenant | None:
-    """The tenant an API key belongs to, or None for a missing, unknown or revoked key."""
-    if not api_key:
-        return None
-    try:
-        key = ApiKeyItem.get(f"KEY#{_hash(api_key)}")
-    except ApiKeyItem.DoesNotExist:
-        return None
-    return get_tenant(key.tenant)
+    def signing_secrets(self, name: str, now_ms: int) -> list[str]:
+        """The secrets that sign a tenant's webhooks now (none: no such tenant)."""
+        tenant = self.get_tenant(name)
+        return tenant.signing_secrets(now_ms) if tenant else []
 
+    def get_tenant(self, name: str) -> Tenant | None:
+        try:
+            return _to_tenant(self.models.tenant.get(_tenant_pk(name), consistent_read=True))
+        except self.models.tenant.DoesNotExist:
+            return None
 
-def revocation_count() -> int:
-    """How many keys were ever revoked (it only grows)."""
-    try:
-        return int(RevocationsItem.get(REVOCATIONS_PK, consistent_read=True).revoked)
-    except RevocationsItem.DoesNotExist:
-        return 0
+    def authenticate(self, api_key: str | None) -> Tenant | None:
+        """The tenant an API key belongs to, or None for a missing, unknown or revoked key."""
+        if not api_key:
+            return None
+        try:
+            key = self.models.api_key.get(f"KEY#{_hash(api_key)}")
+        except self.models.api_key.DoesNotExist:
+            return None
+        return self.get_tenant(key.tenant)
+
+    def revocation_count(self) -> int:
+        """How many keys were ever revoked (it only grows)."""
+        try:
+            return int(self.models.revocations.get(REVOCATIONS_PK, consistent_read=True).revoked)
+        except self.models.revocations.DoesNotExist:
+            return 0
+
+    def put_tenant(self, name: str, callback_queue_url: str, now_ms: int) -> Tenant:
+        """Create the tenant record if absent; an existing tenant is returned unchanged."""
+        validate_name(name)
+        existing = self.get_tenant(name)
+        if existing:
+            if existing.webhook_secret is None:  # a tenant from before webhooks: give it one
+                return self.rotate_secret(name, now_ms, window_ms=0)
+            return existing
+        secret = ((new_secret(), None),)
+        self.models.tenant(
+            _tenant_pk(name),
+            name=name,
+            callback_queue_url=callback_queue_url,
+            created_ms=now_ms,
+            webhook_secrets=_secrets_json(secret),
+        ).save(condition=self.models.tenant.pk.does_not_exist())
+        return Tenant(name=name, callback_queue_url=callback_queue_url, webhook_secrets=secret)
+
+    def rotate_secret(self, name: str, now_ms: int, window_ms: int = ROTATION_WINDOW_MS) -> Tenant:
+        """A new current webhook secret; the previous one keeps signing for ``window_ms`` (both
+        signatures are sent meanwhile), older ones stop. Conditional on the secrets read, so two
+        rotations at once cannot lose one."""
+        item = self._get_item(name)
+        before = item.webhook_secrets
+        current = _secrets(before)
+        kept = [(s, now_ms + window_ms) for s, until in current[:1] if window_ms > 0]
+        entries = ((new_secret(), None), *kept)
+        held = self.models.tenant.webhook_secrets
+        condition = held.does_not_exist() if before is None else held == before
+        item.update(actions=[held.set(_secrets_json(entries))], condition=condition)
+        return _to_tenant(item)
+
+    def add_key(self, name: str, now_ms: int, api_key: str | None = None) -> str:
+        """Register a key for the tenant (a new random one unless given) and return it.
+
+        The write is conditional: a key is never moved to another tenant (InvalidState), and the
+        same key registered again for the same tenant changes nothing (``tenant create`` stays
+        idempotent)."""
+        if self.get_tenant(name) is None:
+            raise NotFound(f"no tenant {name!r}")
+        api_key = api_key or KEY_PREFIX + secrets.token_urlsafe(32)
+        item = self.models.api_key(
+            f"KEY#{_hash(api_key)}", tenant=name, key_id=api_key[:10], created_ms=now_ms
+        )
+        try:
+            item.save(condition=self.models.api_key.pk.does_not_exist())
+        except PutError as exc:
+            if not failed_because(exc, "ConditionalCheckFailedException"):
+                raise
+            try:
+                holder = self.models.api_key.get(item.pk, consistent_read=True).tenant
+            except self.models.api_key.DoesNotExist:
+                raise ConcurrentUpdate("the key was revoked meanwhile; retry") from None
+            if holder != name:
+                raise InvalidState(
+                    "this API key is already registered to another tenant; a key is never "
+                    "reassigned (revoke it first, or register a new one)"
+                ) from None
+        return api_key
+
+    def revoke_key(self, api_key: str) -> bool:
+        """Delete a key and count the revocation (what tells every api sandbox to forget the keys
+        it remembers); returns False if it was unknown. Counted after the delete: a sandbox that
+        sees the new count and looks the key up again finds it gone."""
+        try:
+            self.models.api_key.get(f"KEY#{_hash(api_key)}", consistent_read=True).delete()
+        except self.models.api_key.DoesNotExist:
+            return False
+        self.models.revocations(REVOCATIONS_PK).update(
+            actions=[self.models.revocations.revoked.add(1)]
+        )
+        return True
+
+    def allow_queue(self, name: str, queue_url: str) -> Tenant:
+        """Let the tenant target an extra queue (it must also be inside the trigger's IAM scope)."""
+        item = self._get_item(name)
+        item.update(actions=[self.models.tenant.allowed_queue_urls.add({queue_url})])
+        return _to_tenant(item)
+
+    def set_spread(self, name: str, spread: int) -> Tenant:
+        """How many buckets the tenant's *new* timers share (existing timers keep theirs)."""
+        if not 1 <= spread <= 4_096:
+            raise InvalidInput("invalid spread", [FieldError("spread", "from 1 to 4096")])
+        item = self._get_item(name)
+        item.update(actions=[self.models.tenant.spread.set(spread)])
+        return _to_tenant(item)
+
+    def set_rate_limit(self, name: str, per_second: int) -> Tenant:
+        """The tenant's API request rate (requests per second, all its keys together)."""
+        if not 1 <= per_second <= 1_000_000:
+            raise InvalidInput("invalid rate", [FieldError("per_second", "from 1 to 1000000")])
+        item = self._get_item(name)
+        item.update(actions=[self.models.tenant.rate_limit_per_s.set(per_second)])
+        return _to_tenant(item)
+
+    def disallow_queue(self, name: str, queue_url: str) -> Tenant:
+        item = self._get_item(name)
+        item.update(actions=[self.models.tenant.allowed_queue_urls.delete({queue_url})])
+        return _to_tenant(item)
+
+    def _get_item(self, name: str) -> TenantItem:
+        try:
+            return self.models.tenant.get(_tenant_pk(name), consistent_read=True)
+        except self.models.tenant.DoesNotExist:
+            raise NotFound(f"no tenant {name!r}") from None
 
 
 class CachedAuthenticator:
-    """``authenticate`` with a per-instance memory of recent answers (hashed keys only), so a
-    busy api reads the tenants table about once per key per AUTH_CACHE_MS, not per request.
-    Before it trusts a remembered key it reads the revocation count, at most once per
+    """``lookup`` (a TenantStore's ``authenticate``) with a per-instance memory of recent
+    answers (hashed keys only), so a busy api reads the tenants table about once per key per
+    AUTH_CACHE_MS, not per request. Before it trusts a remembered key it reads the revocation
+    count (``revocations``, the store's ``revocation_count``), at most once per
     REVOCATION_CHECK_MS; when the count moved it forgets every key it remembered, so a revoked
     key is refused within that, whichever process revoked it.
 
@@ -193,13 +315,13 @@ class CachedAuthenticator:
     def __init__(
         self,
         clock: Callable[[], int],
-        lookup: Callable[[str | None], Tenant | None] | None = None,
+        lookup: Callable[[str | None], Tenant | None],
+        revocations: Callable[[], int],
         ttl_ms: int = AUTH_CACHE_MS,
         size: int = AUTH_CACHE_SIZE,
-        revocations: Callable[[], int] = revocation_count,
     ) -> None:
         self._clock = clock
-        self._lookup = lookup or authenticate
+        self._lookup = lookup
         self._ttl_ms = ttl_ms
         self._size = size
         self._revocations = revocations
@@ -249,129 +371,6 @@ class CachedAuthenticator:
         memory.move_to_end(digest)
         while len(memory) > self._size:
             memory.popitem(last=False)
-
-
-def validate_name(name: str) -> None:
-    if not TENANT_NAME.fullmatch(name):
-        raise InvalidInput(
-            "invalid tenant name",
-            [FieldError("name", "1-40 characters: lower-case letters, digits and '-'")],
-        )
-
-
-def put_tenant(name: str, callback_queue_url: str, now_ms: int) -> Tenant:
-    """Create the tenant record if absent; an existing tenant is returned unchanged."""
-    validate_name(name)
-    existing = get_tenant(name)
-    if existing:
-        if existing.webhook_secret is None:  # a tenant from before webhooks: give it one
-            return rotate_secret(name, now_ms, window_ms=0)
-        return existing
-    secret = ((new_secret(), None),)
-    TenantItem(
-        _tenant_pk(name),
-        name=name,
-        callback_queue_url=callback_queue_url,
-        created_ms=now_ms,
-        webhook_secrets=_secrets_json(secret),
-    ).save(condition=TenantItem.pk.does_not_exist())
-    return Tenant(name=name, callback_queue_url=callback_queue_url, webhook_secrets=secret)
-
-
-def rotate_secret(name: str, now_ms: int, window_ms: int = ROTATION_WINDOW_MS) -> Tenant:
-    """A new current webhook secret; the previous one keeps signing for ``window_ms`` (both
-    signatures are sent meanwhile), older ones stop. Conditional on the secrets read, so two
-    rotations at once cannot lose one."""
-    item = _get_item(name)
-    before = item.webhook_secrets
-    current = _secrets(before)
-    kept = [(s, now_ms + window_ms) for s, until in current[:1] if window_ms > 0]
-    entries = ((new_secret(), None), *kept)
-    condition = (
-        TenantItem.webhook_secrets.does_not_exist()
-        if before is None
-        else TenantItem.webhook_secrets == before
-    )
-    item.update(actions=[TenantItem.webhook_secrets.set(_secrets_json(entries))],
-                condition=condition)  # fmt: skip
-    return _to_tenant(item)
-
-
-def add_key(name: str, now_ms: int, api_key: str | None = None) -> str:
-    """Register a key for the tenant (a new random one unless given) and return it.
-
-    The write is conditional: a key is never moved to another tenant (InvalidState), and the
-    same key registered again for the same tenant changes nothing (``tenant create`` stays
-    idempotent)."""
-    if get_tenant(name) is None:
-        raise NotFound(f"no tenant {name!r}")
-    api_key = api_key or KEY_PREFIX + secrets.token_urlsafe(32)
-    item = ApiKeyItem(f"KEY#{_hash(api_key)}", tenant=name, key_id=api_key[:10], created_ms=now_ms)
-    try:
-        item.save(condition=ApiKeyItem.pk.does_not_exist())
-    except PutError as exc:
-        if not failed_because(exc, "ConditionalCheckFailedException"):
-            raise
-        try:
-            holder = ApiKeyItem.get(item.pk, consistent_read=True).tenant
-        except ApiKeyItem.DoesNotExist:
-            raise ConcurrentUpdate("the key was revoked meanwhile; retry") from None
-        if holder != name:
-            raise InvalidState(
-                "this API key is already registered to another tenant; a key is never "
-                "reassigned (revoke it first, or register a new one)"
-            ) from None
-    return api_key
-
-
-def revoke_key(api_key: str) -> bool:
-    """Delete a key and count the revocation (what tells every api sandbox to forget the keys
-    it remembers); returns False if it was unknown. Counted after the delete: a sandbox that
-    sees the new count and looks the key up again finds it gone."""
-    try:
-        ApiKeyItem.get(f"KEY#{_hash(api_key)}", consistent_read=True).delete()
-    except ApiKeyItem.DoesNotExist:
-        return False
-    RevocationsItem(REVOCATIONS_PK).update(actions=[RevocationsItem.revoked.add(1)])
-    return True
-
-
-def allow_queue(name: str, queue_url: str) -> Tenant:
-    """Let the tenant target an extra queue (it must also be inside the trigger's IAM scope)."""
-    item = _get_item(name)
-    item.update(actions=[TenantItem.allowed_queue_urls.add({queue_url})])
-    return _to_tenant(item)
-
-
-def set_spread(name: str, spread: int) -> Tenant:
-    """How many buckets the tenant's *new* timers share (existing timers keep theirs)."""
-    if not 1 <= spread <= 4_096:
-        raise InvalidInput("invalid spread", [FieldError("spread", "from 1 to 4096")])
-    item = _get_item(name)
-    item.update(actions=[TenantItem.spread.set(spread)])
-    return _to_tenant(item)
-
-
-def set_rate_limit(name: str, per_second: int) -> Tenant:
-    """The tenant's API request rate (requests per second, all its keys together)."""
-    if not 1 <= per_second <= 1_000_000:
-        raise InvalidInput("invalid rate", [FieldError("per_second", "from 1 to 1000000")])
-    item = _get_item(name)
-    item.update(actions=[TenantItem.rate_limit_per_s.set(per_second)])
-    return _to_tenant(item)
-
-
-def disallow_queue(name: str, queue_url: str) -> Tenant:
-    item = _get_item(name)
-    item.update(actions=[TenantItem.allowed_queue_urls.delete({queue_url})])
-    return _to_tenant(item)
-
-
-def _get_item(name: str) -> TenantItem:
-    try:
-        return TenantItem.get(_tenant_pk(name), consistent_read=True)
-    except TenantItem.DoesNotExist:
-        raise NotFound(f"no tenant {name!r}") from None
 
 
 def summary(tenant: Tenant) -> dict[str, Any]:

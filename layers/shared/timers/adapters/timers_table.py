@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,7 +24,7 @@ from pynamodb.expressions.update import Action
 from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
-from timers.adapters.dynamodb import LowLevelClient, failed_because
+from timers.adapters.dynamodb import LowLevelClient, bound_model, failed_because
 from timers.core.errors import ConcurrentUpdate
 from timers.core.schedule import schedule_from_dict, schedule_to_dict
 from timers.core.timer import Timer
@@ -37,8 +38,7 @@ PAYLOAD_SUFFIX = "#payload"
 
 
 class TimerItem(Model):
-    class Meta:
-        table_name = "timers"
+    """A timer's item; the schema only, ``models_for`` binds it to a table."""
 
     tenant = UnicodeAttribute(hash_key=True)
     timer_id = UnicodeAttribute(range_key=True)
@@ -65,10 +65,7 @@ class TimerItem(Model):
 
 
 class PayloadItem(Model):
-    """A big payload, beside its timer in the same table."""
-
-    class Meta:
-        table_name = "timers"
+    """A big payload, beside its timer in the same table (the schema only, as TimerItem)."""
 
     tenant = UnicodeAttribute(hash_key=True)
     timer_id = UnicodeAttribute(range_key=True)  # "<timer id>#payload"
@@ -80,9 +77,16 @@ def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def bind(table: str) -> None:
-    TimerItem.Meta.table_name = table
-    PayloadItem.Meta.table_name = table
+@dataclass(frozen=True)
+class TimerModels:
+    """The models on one timers table."""
+
+    timer: type[TimerItem]
+    payload: type[PayloadItem]
+
+
+def models_for(table: str) -> TimerModels:
+    return TimerModels(bound_model(TimerItem, table), bound_model(PayloadItem, table))
 
 
 def _int(value: Any) -> int | None:
@@ -141,19 +145,19 @@ def _external(timer: Timer) -> bool:
 class TimerStore(LowLevelClient):
     """Reads and writes of timers; every call is scoped to one tenant's key."""
 
-    def __init__(self, client: Any = None, clock: Callable[[], int] = _wall_clock_ms) -> None:
+    def __init__(
+        self, table: str, client: Any = None, clock: Callable[[], int] = _wall_clock_ms
+    ) -> None:
+        self.table = table
+        self.models = models_for(table)
         self._client = client
         self._clock = clock  # expired items are hidden, as DynamoDB's TTL deletes them late
-
-    @property
-    def table(self) -> str:
-        return str(TimerItem.Meta.table_name)
 
     # ---------------------------------------------------------------- items
 
     def item(self, timer: Timer) -> TimerItem:
         """The timer's stored item; its checkpoint is the timer's cursor as given."""
-        return TimerItem(
+        return self.models.timer(
             timer.tenant,
             timer.id,
             name=timer.name,
@@ -181,7 +185,7 @@ class TimerStore(LowLevelClient):
     def payload_item(self, timer: Timer) -> PayloadItem | None:
         if not _external(timer):
             return None
-        return PayloadItem(
+        return self.models.payload(
             timer.tenant,
             timer.id + PAYLOAD_SUFFIX,
             body=timer.payload_json,
@@ -203,11 +207,12 @@ class TimerStore(LowLevelClient):
         wanted = {k for k in keys if PAYLOAD_SUFFIX not in k[1]}  # BatchGet rejects duplicates
         if not wanted:
             return {}
+        models = self.models
         items = [
-            i for i in TimerItem.batch_get(wanted, consistent_read=consistent) if self._live(i)
+            i for i in models.timer.batch_get(wanted, consistent_read=consistent) if self._live(i)
         ]
         external = {(i.tenant, i.timer_id + PAYLOAD_SUFFIX) for i in items if i.payload is None}
-        found = PayloadItem.batch_get(external, consistent_read=consistent) if external else []
+        found = models.payload.batch_get(external, consistent_read=consistent) if external else []
         bodies = {(p.tenant, p.timer_id.removesuffix(PAYLOAD_SUFFIX)): p.body for p in found}
         return {
             (i.tenant, i.timer_id): to_timer(i, bodies.get((i.tenant, i.timer_id))) for i in items
@@ -233,7 +238,9 @@ class TimerStore(LowLevelClient):
 
     def _ids_after(self, tenant: str, after_id: str | None, limit: int) -> list[TimerItem]:
         start = {"tenant": {"S": tenant}, "timer_id": {"S": after_id}} if after_id else None
-        query = TimerItem.query(tenant, limit=limit, last_evaluated_key=start, consistent_read=True)
+        query = self.models.timer.query(
+            tenant, limit=limit, last_evaluated_key=start, consistent_read=True
+        )
         return list(query)
 
     def _live(self, item: TimerItem) -> bool:
@@ -252,10 +259,10 @@ class TimerStore(LowLevelClient):
             return
         payloads = [p for p in map(self.payload_item, timers) if p is not None]
         if payloads:
-            with PayloadItem.batch_write() as batch:
+            with self.models.payload.batch_write() as batch:
                 for payload in payloads:
                     batch.save(payload)
-        with TimerItem.batch_write() as batch:
+        with self.models.timer.batch_write() as batch:
             for timer in timers:
                 batch.save(self.item(timer))
 
@@ -281,13 +288,13 @@ class TimerStore(LowLevelClient):
         """Best effort: delete what a failed batch create may have written - the timers first,
         their payloads only once no timer can be left without its own."""
         try:
-            with TimerItem.batch_write() as batch:
+            with self.models.timer.batch_write() as batch:
                 for timer in timers:
-                    batch.delete(TimerItem(timer.tenant, timer.id))
-            with PayloadItem.batch_write() as batch:
+                    batch.delete(self.models.timer(timer.tenant, timer.id))
+            with self.models.payload.batch_write() as batch:
                 for timer in timers:
                     if self.payload_item(timer) is not None:
-                        batch.delete(PayloadItem(timer.tenant, timer.id + PAYLOAD_SUFFIX))
+                        batch.delete(self.models.payload(timer.tenant, timer.id + PAYLOAD_SUFFIX))
         except Exception:  # what stays is valid, and the caller's retry with its key finds it
             pass
 
@@ -297,7 +304,7 @@ class TimerStore(LowLevelClient):
         if payload is not None:
             payload.save()
         try:
-            self.item(timer).save(condition=TimerItem.timer_id.does_not_exist())
+            self.item(timer).save(condition=self.models.timer.timer_id.does_not_exist())
         except PutError as exc:
             if failed_because(exc, "ConditionalCheckFailedException"):
                 raise ConcurrentUpdate("the timer exists already") from exc
@@ -341,37 +348,37 @@ class TimerStore(LowLevelClient):
 
     def checkpoint(self, timer: Timer, pos: int | None, n: int, last: int | None) -> bool:
         """Move the checkpoint of ``timer`` (at its revision); False if the timer changed."""
+        item = self.models.timer
         actions = [
-            TimerItem.ckpt_ms.set(pos) if pos is not None else TimerItem.ckpt_ms.remove(),
-            TimerItem.ckpt_n.set(n),
-            TimerItem.ckpt_pv.set(last) if last is not None else TimerItem.ckpt_pv.remove(),
+            item.ckpt_ms.set(pos) if pos is not None else item.ckpt_ms.remove(),
+            item.ckpt_n.set(n),
+            item.ckpt_pv.set(last) if last is not None else item.ckpt_pv.remove(),
         ]
         return self._update(timer, actions)
 
     def complete(self, timer: Timer, n: int, last: int | None, expires_ms: int) -> bool:
-        """A recurring timer fired its last: completed, out of the due index, expiring."""
+        """A recurring timer fired its last: completed, without a checkpoint, expiring."""
+        item, payload = self.models.timer, self.models.payload
         actions: list[Action] = [
-            TimerItem.status.set("completed"),
-            TimerItem.ckpt_ms.remove(),
-            TimerItem.ckpt_n.set(n),
-            TimerItem.ckpt_pv.set(last) if last is not None else TimerItem.ckpt_pv.remove(),
-            TimerItem.owed.remove(),
-            TimerItem.expires_at.set(_at(expires_ms)),
+            item.status.set("completed"),
+            item.ckpt_ms.remove(),
+            item.ckpt_n.set(n),
+            item.ckpt_pv.set(last) if last is not None else item.ckpt_pv.remove(),
+            item.owed.remove(),
+            item.expires_at.set(_at(expires_ms)),
         ]
         if not _external(timer):
             return self._update(timer, actions)
         # One transaction: a change that re-arms the timer meanwhile must not leave its payload
         # item expiring under it.
         try:
-            with TransactWrite(connection=TimerItem._get_connection().connection) as transaction:
+            with TransactWrite(connection=item._get_connection().connection) as transaction:
                 transaction.update(
-                    TimerItem(timer.tenant, timer.id),
-                    actions=actions,
-                    condition=TimerItem.rev == timer.rev,
+                    item(timer.tenant, timer.id), actions=actions, condition=item.rev == timer.rev
                 )
                 transaction.update(
-                    PayloadItem(timer.tenant, timer.id + PAYLOAD_SUFFIX),
-                    actions=[PayloadItem.expires_at.set(_at(expires_ms))],
+                    payload(timer.tenant, timer.id + PAYLOAD_SUFFIX),
+                    actions=[payload.expires_at.set(_at(expires_ms))],
                 )
         except TransactWriteError as exc:
             if failed_because(exc, "TransactionCanceledException"):
@@ -381,13 +388,12 @@ class TimerStore(LowLevelClient):
 
     def settle_owed(self, timer: Timer) -> bool:
         """An inactive timer whose owed fire finished owes nothing more (at its revision)."""
-        return self._update(timer, [TimerItem.owed.remove()])
+        return self._update(timer, [self.models.timer.owed.remove()])
 
     def _update(self, timer: Timer, actions: list[Any]) -> bool:
         try:
-            TimerItem(timer.tenant, timer.id).update(
-                actions=actions, condition=TimerItem.rev == timer.rev
-            )
+            item = self.models.timer
+            item(timer.tenant, timer.id).update(actions=actions, condition=item.rev == timer.rev)
         except UpdateError as exc:
             if failed_because(exc, "ConditionalCheckFailedException"):
                 return False

@@ -82,11 +82,6 @@ class Timer:
     def plan(self) -> Plan:
         return Plan(self.schedule, self.anchor_ms, self.start_ms, self.end_ms, self.max_fires)
 
-    @property
-    def is_due_indexed(self) -> bool:
-        """Only an active timer with a next fire belongs in the due index and in Redis."""
-        return self.status == "active" and self.next_fire_ms is not None
-
 
 def new_timer_id() -> str:
     return "tmr_" + base64.b32encode(secrets.token_bytes(15)).decode().lower()

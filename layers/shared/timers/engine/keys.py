@@ -2,7 +2,7 @@
 
 A bucket's keys share the hash tag ``{b<n>}``: each script touches one slot (ElastiCache
 cluster mode and Serverless refuse cross-slot scripts) and nothing is shared by all buckets.
-The prefix names the format: the first fire path's keys (``tq:``) are never read.
+The prefix names the key format (``tq2``); keys of another prefix are never read.
 """
 
 from __future__ import annotations
