@@ -313,12 +313,6 @@ def test_a_dead_trigger_run_delays_only_what_it_had_leased(
 # ---------------------------------------------------------------- fire ids
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_first_unclaimed reads the entry at the new position only: an occurrence fired by "
-    "a misfire catch-up lives in the entry of an earlier position, so a new schedule at that "
-    "instant is accepted and sends the same fire id a second time",
-)
 def test_a_new_schedule_never_reuses_the_fire_id_of_a_catch_up_fire(
     rig: Rig,  # noqa: F811
 ) -> None:

@@ -181,7 +181,7 @@ class Changes:
         if after is not None:
             after = replace(after, rev=rev, owed=False)
             if after.anchor_ms != base.anchor_ms:  # a new schedule
-                after = self._first_unclaimed(after)
+                after = self._first_unclaimed(after, self._last_fired(stored, cursor))
         owed, pos = cursor.pending, cursor.pos
         writes: list[dict[str, Any]] = []
         kept = after
@@ -222,23 +222,38 @@ class Changes:
             return None
         return kept, Cursor(kept.next_fire_ms, kept.fire_count, kept.last_fire_pos, owed)
 
-    def _first_unclaimed(self, timer: Timer) -> Timer:
-        """A new schedule starts at an occurrence the timer never claimed (fire ids are
-        ``<timer>:<due>``): a recurring one moves on; a one-shot at a fired time is refused."""
+    def _last_fired(self, stored: Timer, cursor: Cursor) -> int | None:
+        """The latest occurrence the timer fired (or owes): a misfire catch-up fires a later
+        occurrence than its position, so it is read from the entries."""
+        times = []
+        if cursor.pending is not None and cursor.pos is not None:
+            times.append(cursor.pending.fired or cursor.pos)
+        if cursor.last is not None:
+            ref = entry_ref(stored.partition, stored.id, cursor.last)
+            entry = self.log.read([ref], consistent=True)[ref]
+            times.append(entry.fired if entry is not None and entry.fired else cursor.last)
+        return max(times, default=None)
+
+    def _first_unclaimed(self, timer: Timer, fired: int | None) -> Timer:
+        """A new schedule starts after the last occurrence fired and at a position the timer
+        never claimed (fire ids are ``<timer>:<occurrence>``): a recurring one moves on; a
+        one-shot at such a time is refused."""
         for _ in range(WRITE_ATTEMPTS):
             pos = timer.next_fire_ms
             if pos is None:
                 return timer
-            ref = entry_ref(timer.partition, timer.id, pos)
-            found = self.log.read([ref], consistent=True)[ref]
-            if found is None or found.state == "t":
-                return timer
+            found = None
+            if fired is None or pos > fired:
+                ref = entry_ref(timer.partition, timer.id, pos)
+                found = self.log.read([ref], consistent=True)[ref]
+                if found is None or found.state == "t":
+                    return timer
             if not is_recurring(timer.schedule):
                 raise InvalidInput(
-                    "the timer already fired at that time",
-                    [FieldError("schedule", f"{format_ms(pos)} already fired; choose another")],
+                    "the timer already fired at or after that time",
+                    [FieldError("schedule", f"{format_ms(pos)} is not after its last fire")],
                 )
-            timer = with_cursor(timer, next_fire(timer.plan, pos))
+            timer = with_cursor(timer, next_fire(timer.plan, max(pos, fired or pos)))
         raise ConcurrentUpdate("the new schedule's first occurrences are all claimed")
 
     def _sync(self, before: Timer, after: Timer | None, rev: int, adopted: bool) -> None:
