@@ -69,6 +69,7 @@ from timers.core.webhooks import Attempt  # noqa: E402
 from timers.delivery import DeliveryDeps, Message, dead_letter_body, requeue_body  # noqa: E402
 from timers.engine import keys  # noqa: E402
 from timers.engine.fanout import POLL_MS, Fanout  # noqa: E402
+from timers.engine.index import NOTED  # noqa: E402
 from timers.runtime import build_runtime, fanout_deps, migrator_deps, trigger_deps  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -398,7 +399,7 @@ class Stack:
         """The earliest score of every bucket (uncounted peeks)."""
         pipe = self.admin_redis.pipeline(transaction=False)
         for bucket in range(self.index.bucket_count):
-            pipe.zrange(keys.due(bucket), 0, 0, withscores=True)
+            pipe.zrangebyscore(keys.due(bucket), "-inf", f"({NOTED}", 0, 1, withscores=True)
         answers = pipe.execute()
         self.admin_commands += len(answers)
         scores = [int(s) for answer in answers for _, s in answer]

@@ -35,7 +35,7 @@ from timers.engine import keys
 from timers.engine.changes import CREATE_MS
 from timers.engine.entries import entry_for, entry_ref, step, successor
 from timers.engine.fanout import Fanout
-from timers.engine.index import BucketIndex, member_of
+from timers.engine.index import NOTED, BucketIndex, member_of
 from timers.engine.migrate import ATTEMPTS, MigrationReport, MigratorDeps, run_migrator
 from timers.engine.trigger import run_trigger
 from timers.engine.wake import WAKE_SHARDS, WakeItem, WakeStore, shards_of
@@ -368,7 +368,7 @@ def test_a_fired_one_shots_listing_is_found_dead_in_redis_without_reading_dynamo
     report = migrate(api)
     assert (report.missing, report.deleted) == (0, 1)
     assert listed(api) == set()
-    assert api.runtime.redis.zcard(keys.ended(bucket_of(timer))) == 0
+    assert api.runtime.redis.zrangebyscore(keys.due(bucket_of(timer)), NOTED, "+inf") == []
 
 
 def test_a_note_of_an_ended_chain_never_answers_for_a_newer_revision(api: Api) -> None:

@@ -27,6 +27,7 @@ from timers.engine import keys
 
 CHUNK = 500  # members per script call: bounds how long one call blocks Redis (and Lua's unpack)
 ENDED = 9_999_999_999_999  # the checkpoint lua/check.lua answers for a revision's ended chain
+NOTED = 10**13  # ended-chain notes' scores start here (year 2286): never leased, never a head
 
 
 def member_of(tenant: str, timer_id: str) -> str:
@@ -187,7 +188,7 @@ class BucketIndex:
             for start in range(0, len(indexes), CHUNK):
                 part = indexes[start : start + CHUNK]
                 args = [a for i in part for a in checks[i][1:]]
-                got = self._eval("check", [([keys.data(bucket), keys.ended(bucket)], args)])[0]
+                got = self._eval("check", [([keys.data(bucket), keys.due(bucket)], args)])[0]
                 for n, i in enumerate(part):
                     out[i] = (int(got[2 * n]), int(got[2 * n + 1]))
         return out
@@ -197,8 +198,8 @@ class BucketIndex:
         any older than ``before`` (a note nobody asked for)."""
         pipe = self.client.pipeline(transaction=False)
         if names:
-            pipe.execute_command("ZREM", keys.ended(bucket), *names)
-        pipe.execute_command("ZREMRANGEBYSCORE", keys.ended(bucket), "-inf", f"({before}")
+            pipe.execute_command("ZREM", keys.due(bucket), *names)
+        pipe.execute_command("ZREMRANGEBYSCORE", keys.due(bucket), NOTED, f"({NOTED + before}")
         pipe.execute()
 
     # ---------------------------------------------------------------- the trigger's side
@@ -229,7 +230,7 @@ class BucketIndex:
                 card.pos,
                 rev,
                 drop if following is None else following.encode(),
-                now if following is None else following.pos,
+                NOTED + now if following is None else following.pos,
             ]
         return self._finish(bucket, args)
 
@@ -243,8 +244,9 @@ class BucketIndex:
     def _finish(self, bucket: int, args: list[Any]) -> int | None:
         if not args:
             return None
-        ks = [*self._keys(bucket), keys.ended(bucket)]
-        calls = [(ks, args[i : i + 5 * CHUNK]) for i in range(0, len(args), 5 * CHUNK)]
+        calls = [
+            (self._keys(bucket), args[i : i + 5 * CHUNK]) for i in range(0, len(args), 5 * CHUNK)
+        ]
         return _score(self._eval("finish", calls)[-1])
 
     # ---------------------------------------------------------------- the fan-out's side

@@ -15,19 +15,15 @@ RESUME = "#resume"  # data field: where the migrator's cycle over the bucket's l
 
 
 def due(bucket: int) -> str:
-    """zset: member ``tenant|timer`` -> when it may next be leased."""
+    """zset: member ``tenant|timer`` -> when it may next be leased; and ``tenant|timer|rev`` ->
+    NOTED + when that revision's chain ended (never leased: the migrator's note that its
+    listings are dead)."""
     return f"{PREFIX}:{{b{bucket}}}:due"
 
 
 def data(bucket: int) -> str:
     """hash: member -> its card; and the bucket's own fields (names start with '#')."""
     return f"{PREFIX}:{{b{bucket}}}:data"
-
-
-def ended(bucket: int) -> str:
-    """zset: ``tenant|timer|rev`` -> when that revision's chain ended (its last fire recorded):
-    the migrator learns its listings are dead without DynamoDB."""
-    return f"{PREFIX}:{{b{bucket}}}:ended"
 
 
 def run(bucket: int, slot: int) -> str:

@@ -1,6 +1,6 @@
 -- Each member's card revision and checkpoint; where it has no card, (rev, ENDED) if the asked
 -- revision's chain ended, else (-1, -1) (read-only: the migrator asks before it reads
--- DynamoDB). KEYS: data, ended. ARGV: (member, rev)... Returns {rev, ckpt, rev, ckpt, ...}.
+-- DynamoDB). KEYS: data, due. ARGV: (member, rev)... Returns {rev, ckpt, rev, ckpt, ...}.
 local ENDED = 9999999999999
 local members = {}
 for i = 1, #ARGV, 2 do members[#members + 1] = ARGV[i] end

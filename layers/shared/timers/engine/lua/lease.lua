@@ -54,5 +54,6 @@ if #taken > 0 then
   if #gone > 0 then bulk('ZREM', due, gone) end
   if #scored > 0 then bulk('ZADD', due, scored) end
 end
-local first = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
+-- the earliest member's score (ended-chain notes, from NOTED = 1e13 on, are no members)
+local first = redis.call('ZRANGEBYSCORE', due, '-inf', '(10000000000000', 'LIMIT', 0, 1, 'WITHSCORES')
 return {members, cards, first[2] or '-1'}
