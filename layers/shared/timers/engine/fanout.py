@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from timers.engine import keys
-from timers.engine.index import BucketIndex, Peek
+from timers.engine.index import RUN_BEAT_MS, BucketIndex, Peek
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ LEAD_MS = 150
 PER_TRIGGER = 250  # backlog per concurrent run of one bucket: what a run sends in well under 1 s
 MAX_PARALLEL = 8
 START_TTL_MS = 5_000  # a marker lives this long until its run extends it (an invoke never run)
+BEAT_SKEW_MS = 500  # hosts' clocks may differ this much: a promise lapses only past it
 COLD_AFTER_MS = 60_000
 """A bucket with no run started for this long counts as cold (Lambda retires idle sandboxes
 after minutes): counting warm sandboxes as cold costs an extra short invocation, the reverse a
@@ -72,6 +73,7 @@ class FanoutReport:
     cold_invocations: int = 0  # runs started early because the bucket was cold
     failed_invocations: int = 0
     busy: int = 0  # runs wanted whose slot was taken (queued or running)
+    lapsed: int = 0  # slots passed over: their run's promised beat lapsed
     errors: int = 0  # buckets that did not answer a peek
     restores: int = 0  # buckets handed to the migrator
 
@@ -149,7 +151,7 @@ class Fanout:
         else:
             whole = False
         lost: list[int] = []
-        due: list[tuple[int, int]] = []  # (bucket, backlog)
+        due: list[tuple[int, int, int]] = []  # (bucket, backlog, lead)
         cold_due: set[int] = set()
         for bucket in buckets:
             peek = peeks[bucket]
@@ -167,23 +169,37 @@ class Fanout:
             cold = is_cold(ran, now)
             lead = LEAD_MS + (cold_lead_ms(peek.cold) if cold else 0)
             if peek.head is not None and peek.head <= now + lead:
-                due.append((bucket, max(1, peek.backlog)))
+                due.append((bucket, max(1, peek.backlog), lead))
                 if cold:
                     cold_due.add(bucket)
         if lost:
             self._restore(lost)
         starts: list[tuple[int, int]] = []
-        for bucket, backlog in sorted(due, key=lambda d: d[1]):
+        for bucket, backlog, lead in sorted(due, key=lambda d: d[1]):
             try:
-                for slot in range(runs_wanted(backlog)):
-                    if self.deps.index.start_run(bucket, slot, self.token, START_TTL_MS):
-                        starts.append((bucket, slot))
-                    else:
-                        self.report.busy += 1
+                starts += self._start(bucket, runs_wanted(backlog), now + lead + RUN_BEAT_MS, now)
             except Exception:  # its shard refuses writes: the others go on
                 logger.warning("bucket %s not started", bucket, exc_info=True)
                 self.report.errors += 1
         self._invoke(starts, now, cold_due)
+
+    def _start(self, bucket: int, wanted: int, promise: int, now: int) -> list[tuple[int, int]]:
+        """Mark the free slots of the ``wanted`` first; a slot whose run's promise lapsed (it
+        died, or hangs in a slow call) is passed over for one more slot."""
+        starts: list[tuple[int, int]] = []
+        slot = 0
+        while slot < wanted:
+            if self.deps.index.start_run(bucket, slot, self.token, START_TTL_MS, promise):
+                starts.append((bucket, slot))
+            elif (beat := self.deps.index.run_promise(bucket, slot)) is not None and (
+                beat < now - BEAT_SKEW_MS
+            ):
+                wanted = min(MAX_PARALLEL, wanted + 1)
+                self.report.lapsed += 1
+            else:
+                self.report.busy += 1
+            slot += 1
+        return starts
 
     def _lost(self, bucket: int, peek: Peek, now: int) -> bool:
         """Whether the bucket must be restored now. The sentinel is swapped from what this

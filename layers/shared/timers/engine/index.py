@@ -28,6 +28,9 @@ from timers.engine import keys
 CHUNK = 500  # members per script call: bounds how long one call blocks Redis (and Lua's unpack)
 ENDED = 9_999_999_999_999  # the checkpoint lua/check.lua answers for a revision's ended chain
 NOTED = 10**13  # ended-chain notes' scores start here (year 2286): never leased, never a head
+RUN_BEAT_MS = 1_000
+"""A leasing run's marker promises its next beat within this: the fan-out starts another run of
+the bucket once a promise has lapsed (the run died, or is stuck in a slow call)."""
 
 
 def member_of(tenant: str, timer_id: str) -> str:
@@ -122,6 +125,7 @@ class RedisPort(Protocol):
     def register_script(self, script: str) -> Any: ...
     def pipeline(self, transaction: bool = True) -> Any: ...
     def set(self, name: str, value: str, *, px: int | None = None, nx: bool = False) -> Any: ...
+    def get(self, name: str) -> Any: ...
     def hget(self, name: str, key: str) -> Any: ...
     def hset(self, name: str, key: str, value: str) -> Any: ...
 
@@ -268,11 +272,24 @@ class BucketIndex:
                 )
         return out
 
-    def start_run(self, bucket: int, slot: int, token: str, ttl_ms: int) -> bool:
-        return bool(self.client.set(keys.run(bucket, slot), token, nx=True, px=ttl_ms))
+    def start_run(
+        self, bucket: int, slot: int, token: str, ttl_ms: int, promise: int | None = None
+    ) -> bool:
+        """Mark the slot (if free) for a run that must beat by ``promise`` (see RUN_BEAT_MS)."""
+        value = token if promise is None else f"{token}@{promise}"
+        return bool(self.client.set(keys.run(bucket, slot), value, nx=True, px=ttl_ms))
 
-    def touch_run(self, bucket: int, slot: int, token: str, ttl_ms: int) -> bool:
-        return bool(self._eval("token", [([keys.run(bucket, slot)], [token, ttl_ms])])[0])
+    def touch_run(
+        self, bucket: int, slot: int, token: str, ttl_ms: int, promise: int | None = None
+    ) -> bool:
+        args = [token, ttl_ms, "" if promise is None else promise]
+        return bool(self._eval("token", [([keys.run(bucket, slot)], args)])[0])
+
+    def run_promise(self, bucket: int, slot: int) -> int | None:
+        """By when the slot's run promised its next beat (None: free, or no promise)."""
+        held = self.client.get(keys.run(bucket, slot))
+        promise = None if held is None else _text(held).partition("@")[2]
+        return int(promise) if promise else None
 
     def end_run(self, bucket: int, slot: int, token: str) -> bool:
         return bool(self._eval("token", [([keys.run(bucket, slot)], [token, ""])])[0])

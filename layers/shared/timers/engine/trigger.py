@@ -52,7 +52,7 @@ from timers.engine.entries import (
     step,
     successor,
 )
-from timers.engine.index import BucketIndex, Card
+from timers.engine.index import RUN_BEAT_MS, BucketIndex, Card
 from timers.engine.log import CHUNK, MAX_DEPTH, FireLog, chunks
 from timers.sending import Delivery, Sender, SqsPort
 
@@ -373,30 +373,26 @@ def run_trigger(
     deps: TriggerDeps, bucket: int, remaining_ms: int, marker: RunMarker | None = None
 ) -> TriggerReport:
     """Fire the bucket's cards due within ARM_MS, and keep going while more fall due. With the
-    fan-out's ``marker``, the run keeps its slot marked while it goes and clears it at the end
-    (the fan-out's next peek then sees whatever was added meanwhile)."""
-    if marker is not None:
-        deps.index.touch_run(bucket, marker.slot, marker.token, remaining_ms + LEASE_GRACE_MS)
-
-    def ended() -> None:  # not on a kill (BaseException in tests): a killed run does nothing
-        if marker is not None:
-            deps.index.end_run(bucket, marker.slot, marker.token)
-
-    run = Run(deps, bucket, remaining_ms)
+    fan-out's ``marker``, the run beats on its slot while it leases and clears it once it stops
+    (the fan-out's next peek then starts a run for whatever came due meanwhile)."""
+    run = Run(deps, bucket, remaining_ms, marker)
     try:
         report = run.go()
     except Exception:
         log.exception("trigger run failed", extra=run.report.summary())
-        ended()
+        run.unmark()  # not on a kill (BaseException in tests): a killed run does nothing
         raise
-    ended()
+    run.unmark()
     return report
 
 
 class Run:
-    def __init__(self, deps: TriggerDeps, bucket: int, remaining_ms: int) -> None:
+    def __init__(
+        self, deps: TriggerDeps, bucket: int, remaining_ms: int, marker: RunMarker | None = None
+    ) -> None:
         self.deps = deps
         self.bucket = bucket
+        self.marker = marker
         self.report = TriggerReport(bucket)
         self.owner = deps.new_owner()
         self.sync = ClockSync(deps.clock, deps.reference, deps.monotonic)
@@ -415,6 +411,7 @@ class Run:
         )
         self._hook = deps.hooks or (lambda _: None)
         self._hold_ms = hold_ms(deps.lookahead_ms, deps.retention_ms)
+        self._beat_at: int | None = None
 
     def go(self) -> TriggerReport:
         if not self.sync.trusted:
@@ -433,6 +430,10 @@ class Run:
                     break  # refused: out of time, or the clock is no longer trusted
                 now = self.sync.now()
                 may_lease = self._may_lease(now)
+                if may_lease:
+                    self._beat(now)
+                else:
+                    self.unmark()
                 soon = bool(self.pending) and self.pending[0].send_at - now <= SEND_FIRST_MS
                 leasable = self.next_due is not None and self.next_due <= now + ARM_MS
                 if may_lease and leasable and not soon:
@@ -450,6 +451,32 @@ class Run:
             raise
         self._hand_back()
         return self.report
+
+    def _beat(self, now: int) -> None:
+        """Promise the next beat within RUN_BEAT_MS (every half of it): a run that dies or
+        hangs lets its promise lapse, and the fan-out starts another for the bucket."""
+        if self.marker is None or (
+            self._beat_at is not None and now - self._beat_at < RUN_BEAT_MS // 2
+        ):
+            return
+        ttl = self.end - now + LEASE_GRACE_MS
+        try:
+            self.deps.index.touch_run(
+                self.bucket, self.marker.slot, self.marker.token, ttl, now + RUN_BEAT_MS
+            )
+        except Exception:  # the fan-out may start a second run: harmless
+            log.warning("run marker not touched", exc_info=True)
+        self._beat_at = now
+
+    def unmark(self) -> None:
+        """Clear the slot once this run leases no more (its sends may go on)."""
+        if self.marker is None:
+            return
+        marker, self.marker = self.marker, None
+        try:
+            self.deps.index.end_run(self.bucket, marker.slot, marker.token)
+        except Exception:  # it expires with its TTL
+            log.warning("run marker not cleared", exc_info=True)
 
     def _sendable(self) -> bool:
         return bool(self.pending) and self.sync.lower() >= self.pending[0].send_at + SEND_GUARD_MS
