@@ -134,7 +134,8 @@ class Script:
     """A Lua file, registered once (EVALSHA, loading it on NOSCRIPT)."""
 
     def __init__(self, client: RedisPort, name: str) -> None:
-        text = (Path(__file__).parent / "lua" / f"{name}.lua").read_text()
+        lua = Path(__file__).parent / "lua"
+        text = (lua / "bulk.lua").read_text() + (lua / f"{name}.lua").read_text()
         self.run = client.register_script(text)
         self.sha = hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
 

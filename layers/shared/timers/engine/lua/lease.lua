@@ -6,17 +6,6 @@
 -- Returns {members, their cards, the earliest score left or -1}.
 local due, data = KEYS[1], KEYS[2]
 local limit = tonumber(ARGV[3])
--- one command for many arguments, in pieces Lua's unpack takes
-local function bulk(cmd, key, args)
-  local out = {}
-  for i = 1, #args, 1000 do
-    local got = redis.call(cmd, key, unpack(args, i, math.min(i + 999, #args)))
-    if type(got) == 'table' then
-      for j = 1, #args - i + 1 do if j > 1000 then break end out[#out + 1] = got[j] end
-    end
-  end
-  return out
-end
 local candidates = redis.call('ZRANGEBYSCORE', due, '-inf', ARGV[1], 'LIMIT', 0, ARGV[4])
 local taken = candidates
 if #candidates > limit then

@@ -1,33 +1,49 @@
 -- Store cards where they are newer: a later revision, or a later position of the same one.
 -- KEYS: due, data. ARGV: (member, rev, pos, card, score)... ; card '' removes the member
 -- unless a revision no older than rev is stored; score '' keeps a stored member's score (a
--- change adopted by a claimed fire: its run keeps the lease). Returns {stored, earliest
--- score set or -1}.
+-- change adopted by a claimed fire: its run keeps the lease). A few commands a call, whatever
+-- its size. Returns {stored, earliest score set or -1}.
 local due, data = KEYS[1], KEYS[2]
-local stored, first = 0, -1
-for i = 1, #ARGV, 5 do
-  local member, rev, pos = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-  local card, score = ARGV[i + 3], tonumber(ARGV[i + 4])
-  local keep = ARGV[i + 4] == ''
-  if keep then score = pos end
-  local current = redis.call('HGET', data, member)
-  local crev, cpos = -1, -1
-  if current then
-    local r, p = string.match(current, '^(%d+)|(%d+)|')
-    crev, cpos = tonumber(r), tonumber(p)
+local members = {}
+for i = 1, #ARGV, 5 do members[#members + 1] = ARGV[i] end
+local got = bulk('HMGET', data, members)
+local held = {}  -- member -> {rev, pos} as this call leaves it (a member may come twice)
+for k, member in ipairs(members) do
+  if got[k] and not held[member] then
+    local r, p = string.match(got[k], '^(%d+)|(%d+)|')
+    held[member] = {tonumber(r), tonumber(p)}
   end
+end
+local stored, first = 0, -1
+local sets, scores, drops = {}, {}, {}
+for k, member in ipairs(members) do
+  local i = 5 * k - 4
+  local rev, pos, card = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3]
+  local keep = ARGV[i + 4] == ''
+  local score = keep and pos or tonumber(ARGV[i + 4])
+  local crev, cpos = -1, -1
+  if held[member] then crev, cpos = held[member][1], held[member][2] end
   if card == '' then
-    if current and crev < rev then
-      redis.call('HDEL', data, member)
-      redis.call('ZREM', due, member)
+    if held[member] and crev < rev then
+      drops[#drops + 1] = member
+      held[member] = nil
     end
   elseif rev > crev or (rev == crev and pos > cpos) then
-    redis.call('HSET', data, member, card)
+    sets[#sets + 1] = member
+    sets[#sets + 1] = card
     if not (keep and redis.call('ZSCORE', due, member)) then
-      redis.call('ZADD', due, score, member)
+      scores[#scores + 1] = score
+      scores[#scores + 1] = member
       if first < 0 or score < first then first = score end
     end
+    held[member] = {rev, pos}
     stored = stored + 1
   end
 end
+if #drops > 0 then
+  bulk('HDEL', data, drops)
+  bulk('ZREM', due, drops)
+end
+if #sets > 0 then bulk('HSET', data, sets) end
+if #scores > 0 then bulk('ZADD', due, scores) end
 return {stored, first}

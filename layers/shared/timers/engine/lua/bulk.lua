@@ -1,0 +1,12 @@
+-- Prepended to every script (index.Script): one command over many arguments, in pieces
+-- Lua's unpack takes (an even size: field-value and score-member pairs stay whole).
+local function bulk(cmd, key, args)
+  local out = {}
+  for i = 1, #args, 1000 do
+    local got = redis.call(cmd, key, unpack(args, i, math.min(i + 999, #args)))
+    if type(got) == 'table' then
+      for j = 1, #args - i + 1 do if j > 1000 then break end out[#out + 1] = got[j] end
+    end
+  end
+  return out
+end
