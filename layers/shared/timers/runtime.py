@@ -108,21 +108,31 @@ def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
+REDIS_RETRIES = {False: (1, 0.05), True: (2, 0.1)}
+"""(retries, backoff cap in s) of a call: one quick retry on a dropped connection; in cluster
+mode a second one after a failover or a redirection (the slots are refreshed in between)."""
+
+
+def redis_attempt_timeout_s(cluster: bool) -> float:
+    """Each attempt's socket timeout: all attempts and their backoffs fit REDIS_TIMEOUT_S."""
+    retries, cap = REDIS_RETRIES[cluster]
+    return (REDIS_TIMEOUT_S - retries * cap) / (retries + 1)
+
+
 def redis_client(settings: Settings) -> Any:
-    """A client whose every call ends within about REDIS_TIMEOUT_S: one quick retry on a
-    dropped connection, and in cluster mode few redirections (MOVED, ASK, TRYAGAIN) before the
+    """A client whose every call ends within REDIS_TIMEOUT_S (retries included) before the
     caller sees the error - the trigger hands back, the migrator retries the bucket."""
-    timeout = REDIS_TIMEOUT_S / 2
+    cluster = settings.redis_cluster
+    timeout = redis_attempt_timeout_s(cluster)
     options: dict[str, Any] = {
         "decode_responses": True,
         "socket_timeout": timeout,
         "socket_connect_timeout": timeout,
     }
-    if settings.redis_cluster:  # ElastiCache cluster mode and Serverless: a second try after a
-        # failover or a redirection (the slots are refreshed in between)
-        retry = Retry(ExponentialBackoff(cap=0.1, base=0.02), 2)
+    retries, cap = REDIS_RETRIES[cluster]
+    retry = Retry(ExponentialBackoff(cap=cap, base=cap / 5), retries)
+    if cluster:  # ElastiCache cluster mode and Serverless
         return redis.RedisCluster.from_url(settings.redis_url, retry=retry, **options)
-    retry = Retry(ExponentialBackoff(cap=0.05, base=0.01), 1)
     return redis.Redis.from_url(settings.redis_url, retry=retry, **options)
 
 
