@@ -2,7 +2,7 @@
 
     timers create --in 30s --payload '{"a":1}'
     timers create --cron '0 7 * * 1-5' --tz Europe/Berlin --name standup
-    timers ls | timers get ID | timers fires ID | timers pause|resume|rm ID
+    timers ls | timers get ID | timers fires ID | timers pause|resume|reset|rm ID
     timers preview --every 90s --count 5
     timers failed --since 2026-11-21T00:00:00Z     # webhook fires whose delivery gave up
     timers redeliver ID [FIRE_ID]    # one failed fire again, or every failed fire of ID
@@ -477,6 +477,7 @@ def parser() -> argparse.ArgumentParser:
         ("get", cmd_get, "show a timer"),
         ("pause", _state_change("pause"), "pause a timer"),
         ("resume", _state_change("resume"), "resume a timer"),
+        ("reset", _state_change("reset"), "restart a timer's schedule from now, fire count 0"),
     ]:
         one_timer = command(name, help=text)
         one_timer.add_argument("id")

@@ -37,6 +37,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "delete": ("DELETE", "/v1/timers/{timer_id}"),
     "pause": ("POST", "/v1/timers/{timer_id}/pause"),
     "resume": ("POST", "/v1/timers/{timer_id}/resume"),
+    "reset": ("POST", "/v1/timers/{timer_id}/reset"),
     "fires_page": ("GET", "/v1/timers/{timer_id}/fires"),
     "failed_fires_page": ("GET", "/v1/fires"),
     "redeliver": ("POST", "/v1/timers/{timer_id}/fires/{fire_id}/redeliver"),
@@ -275,6 +276,11 @@ class Client:
 
     def resume(self, timer_id: str) -> Timer:
         return Timer.from_json(self._call("POST", f"/timers/{_id(timer_id)}/resume"))
+
+    def reset(self, timer_id: str) -> Timer:
+        """Restart the schedule from now, fire count 0, whatever the status (an ``at`` whose
+        time passed: ValidationError; a fire of it being sent by a run that died: InvalidState)."""
+        return Timer.from_json(self._call("POST", f"/timers/{_id(timer_id)}/reset"))
 
     def fires_page(
         self, timer_id: str, *, limit: int = 50, cursor: str | None = None

@@ -823,6 +823,103 @@ def test_completed_timer_cannot_be_paused_or_resumed(api: Api) -> None:
         assert reply.error_code == "invalid_state"
 
 
+# ---------------------------------------------------------------- reset
+
+
+@pytest.mark.parametrize(
+    ("schedule", "next_fire_at"),
+    [
+        ({"type": "after", "seconds": 30}, "2026-11-21T10:05:30.000Z"),  # now + seconds
+        ({"type": "every", "seconds": 60}, "2026-11-21T10:06:00.000Z"),  # now + period
+        ({"type": "cron", "expression": "*/7 * * * *"}, "2026-11-21T10:07:00.000Z"),
+        ({"type": "at", "at": "2026-11-21T11:00:00Z"}, "2026-11-21T11:00:00.000Z"),
+    ],
+)
+def test_reset_restarts_the_schedule_from_now(
+    api: Api, schedule: dict[str, Any], next_fire_at: str
+) -> None:
+    timer = api.create(schedule=schedule)
+    api.clock.advance(300_000)  # 10:05
+    reply = api.call("POST", f"/v1/timers/{timer['id']}/reset")
+    assert reply.status == 200, reply.body
+    assert reply.body["next_fire_at"] == next_fire_at
+    assert (reply.body["status"], reply.body["fire_count"]) == ("active", 0)
+    assert reply.body["updated_at"] == "2026-11-21T10:05:00.000Z"
+    assert reply.body["created_at"] == timer["created_at"]
+    assert api.call("GET", f"/v1/timers/{timer['id']}").body == reply.body
+
+
+def test_reset_makes_paused_and_completed_timers_active_with_no_fire_counted(api: Api) -> None:
+    every = api.create(schedule={"type": "every", "seconds": 60}, max_fires=2)
+    fired(api, every["id"], 2)  # at 10:01 and 10:02: completed
+    api.clock.advance(150_000)
+    assert api.call("GET", f"/v1/timers/{every['id']}").body["status"] == "completed"
+    reset = api.call("POST", f"/v1/timers/{every['id']}/reset").body
+    assert (reset["status"], reset["fire_count"]) == ("active", 0)
+    assert reset["next_fire_at"] == "2026-11-21T10:03:30.000Z"
+    fires = api.call("GET", f"/v1/timers/{every['id']}/fires").body["items"]
+    assert len(fires) == 2  # the history stays
+
+    paused = api.create(schedule={"type": "after", "seconds": 30})
+    api.call("POST", f"/v1/timers/{paused['id']}/pause")
+    reset = api.call("POST", f"/v1/timers/{paused['id']}/reset").body
+    assert (reset["status"], reset["next_fire_at"]) == ("active", "2026-11-21T10:03:00.000Z")
+
+
+def test_a_reset_counts_max_fires_again_and_never_reuses_a_fire_id(api: Api) -> None:
+    timer = api.create(schedule={"type": "every", "seconds": 60}, max_fires=3)
+    fired(api, timer["id"], 2)  # 10:01, 10:02
+    api.clock.now = T0 + 120_000  # the millisecond of the last fire
+    reset = api.call("POST", f"/v1/timers/{timer['id']}/reset").body
+    assert reset["next_fire_at"] == "2026-11-21T10:03:00.001Z"  # after the last fire
+    again = stored(api, timer["id"])
+    fired(api, timer["id"], 3)  # max_fires 3 from the reset on
+    shown = api.call("GET", f"/v1/timers/{timer['id']}").body
+    assert (shown["status"], shown["fire_count"]) == ("completed", 3)
+    ids = [f["fire_id"] for f in api.call("GET", f"/v1/timers/{timer['id']}/fires").body["items"]]
+    assert len(ids) == len(set(ids)) == 5
+    assert again.next_fire_ms == T0 + 180_001
+
+
+def test_a_reset_moves_the_timers_card_in_redis(api: Api) -> None:
+    timer = api.create(schedule={"type": "after", "seconds": 30})
+    assert indexed(api) == {(timer["id"], T0 + 30_000, 1)}
+    api.clock.advance(20_000)
+    api.call("POST", f"/v1/timers/{timer['id']}/reset")
+    assert indexed(api) == {(timer["id"], T0 + 50_000, 2)}
+
+
+@pytest.mark.parametrize("status", ["active", "paused"])
+def test_resetting_an_at_timer_whose_time_passed_is_400_and_changes_nothing(
+    api: Api, status: str
+) -> None:
+    timer = api.create(schedule={"type": "at", "at": "2026-11-21T10:01:00Z"})
+    if status == "paused":
+        timer = api.call("POST", f"/v1/timers/{timer['id']}/pause").body
+    api.clock.advance(60_000)  # exactly its time: not after now
+    reply = api.call("POST", f"/v1/timers/{timer['id']}/reset")
+    assert (reply.status, reply.error_code) == (400, "validation_error")
+    assert reply.error_fields == {"schedule.at"}
+    assert api.call("GET", f"/v1/timers/{timer['id']}").body == timer
+
+
+def test_a_reset_that_leaves_no_fire_is_400(api: Api) -> None:
+    timer = api.create(schedule={"type": "every", "seconds": 60}, end_at="2026-11-21T10:02:30Z")
+    api.clock.advance(120_000)
+    reply = api.call("POST", f"/v1/timers/{timer['id']}/reset")  # 10:03 is past end_at
+    assert (reply.status, reply.error_code) == (400, "validation_error")
+    assert api.call("GET", f"/v1/timers/{timer['id']}").body == timer
+
+
+def test_resetting_a_deleted_or_unknown_timer_is_404(api: Api) -> None:
+    timer = api.create(schedule={"type": "after", "seconds": 30})
+    api.call("DELETE", f"/v1/timers/{timer['id']}")
+    for timer_id in (timer["id"], "tmr_nope"):
+        reply = api.call("POST", f"/v1/timers/{timer_id}/reset")
+        assert (reply.status, reply.error_code) == (404, "not_found")
+    assert indexed(api) == set()
+
+
 def test_delete_then_404_and_gone_from_redis(api: Api) -> None:
     timer = api.create(schedule={"type": "after", "seconds": 3})
     reply = api.call("DELETE", f"/v1/timers/{timer['id']}")
@@ -858,6 +955,7 @@ def test_unknown_timer_and_unknown_route_are_404(api: Api) -> None:
         ("POST", "/v1/timers/tmr_x", "GET, PATCH, DELETE"),
         ("PUT", "/v1/timers/tmr_x", "GET, PATCH, DELETE"),
         ("GET", "/v1/timers/tmr_x/pause", "POST"),
+        ("GET", "/v1/timers/tmr_x/reset", "POST"),
         ("DELETE", "/v1/timers/tmr_x/fires", "GET"),
         ("POST", "/v1/tenant", "GET"),
         ("HEAD", "/v1/health", "GET"),
@@ -892,6 +990,7 @@ def test_a_method_a_path_does_not_serve_is_405_with_allow(
         ("DELETE", "", None),
         ("POST", "/pause", None),
         ("POST", "/resume", None),
+        ("POST", "/reset", None),
         ("GET", "/fires", None),
     ],
 )

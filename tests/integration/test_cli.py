@@ -174,6 +174,22 @@ def test_a_paused_timer_shows_no_next_fire(api: Api, capsys: pytest.CaptureFixtu
     assert "- (paused)" in out and format_ms(T0 + 60_000) not in out
 
 
+def test_reset_restarts_a_timer_and_says_why_it_cannot(
+    api: Api, capsys: pytest.CaptureFixture[str]
+) -> None:
+    made = api.create(schedule={"type": "every", "seconds": 60})
+    timers(api, capsys, "pause", made["id"])
+    api.clock.advance(90_000)
+    reset = as_json(timers(api, capsys, "--json", "reset", made["id"]))
+    assert (reset["status"], reset["fire_count"]) == ("active", 0)
+    assert reset["next_fire_at"] == format_ms(T0 + 150_000)
+    _, out, _ = timers(api, capsys, "reset", made["id"])
+    assert format_ms(T0 + 150_000) in out  # the table: restarted from now, again
+    passed = api.create(schedule={"type": "at", "at": format_ms(T0 + 60_000)})  # past
+    code, _, err = timers(api, capsys, "reset", passed["id"])
+    assert code == 1 and "schedule.at" in err
+
+
 def test_a_payload_comes_from_a_file_or_standard_input(
     api: Api, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -100,6 +100,7 @@ def test_successes_are_the_contracts(doc: dict[str, Any]) -> None:
         ("patch", "/v1/timers/{timer_id}"),
         ("post", "/v1/timers/{timer_id}/pause"),
         ("post", "/v1/timers/{timer_id}/resume"),
+        ("post", "/v1/timers/{timer_id}/reset"),
     ]:
         assert schema(method, path, "200") == "TimerOut"
     assert schema("get", "/v1/timers/{timer_id}/fires", "200") == "FireList"
@@ -170,6 +171,8 @@ def test_real_answers_conform_to_the_declared_schemas(api: Api, doc: dict[str, A
         ("GET", f"/v1/timers/{timer_id}", "/v1/timers/{timer_id}", 200),
         ("POST", f"/v1/timers/{timer_id}/pause", "/v1/timers/{timer_id}/pause", 200),
         ("POST", f"/v1/timers/{timer_id}/resume", "/v1/timers/{timer_id}/resume", 200),
+        ("POST", f"/v1/timers/{timer_id}/reset", "/v1/timers/{timer_id}/reset", 200),
+        ("POST", "/v1/timers/tmr_nope/reset", "/v1/timers/{timer_id}/reset", 404),
         ("GET", f"/v1/timers/{timer_id}/fires", "/v1/timers/{timer_id}/fires", 200),
         ("GET", "/v1/tenant", "/v1/tenant", 200),
         ("GET", "/v1/health", "/v1/health", 200),

@@ -48,6 +48,7 @@ from timers.adapters import tenants
 from timers.adapters.timers_table import PAYLOAD_SUFFIX
 from timers.core.times import format_ms, parse_ms
 from timers.engine import keys
+from timers.engine.changes import OWED_WAIT_MS
 from timers.engine.entries import CHECKPOINT_EVERY, LAPSE_MARGIN_MS, Entry, entry_ref
 from timers.engine.index import BucketIndex, Card
 from timers.engine.log import FireLog
@@ -658,11 +659,12 @@ def change(rig: Rig, timer_id: str, how: str) -> None:
         "pause": lambda: rig.api.call("POST", f"{path}/pause"),
         "payload": lambda: rig.api.call("PATCH", path, body={"payload": "new"}),
         "schedule": lambda: rig.api.call("PATCH", path, body={"schedule": after(30)}),
+        "reset": lambda: rig.api.call("POST", f"{path}/reset"),
     }[how]()
     assert reply.status in (200, 204), reply.body
 
 
-@pytest.mark.parametrize("how", ["delete", "pause", "payload", "schedule"])
+@pytest.mark.parametrize("how", ["delete", "pause", "payload", "schedule", "reset"])
 def test_a_change_after_the_lease_before_the_claim_wins(rig: Rig, how: str) -> None:
     timer = rig.api.create(schedule=after(1), payload="old")
     rig.clock.now = T0 + 1_000
@@ -678,9 +680,13 @@ def test_a_change_after_the_lease_before_the_claim_wins(rig: Rig, how: str) -> N
     rig.clock.advance(40_000)
     rig.run_until_idle()
     payloads = [m["payload"] for m in rig.drain(rig.api.queues["acme"])]
-    assert payloads == {"delete": [], "pause": [], "payload": ["new"], "schedule": ["old"]}[how]
+    expected = {"delete": [], "pause": [], "payload": ["new"], "schedule": ["old"]}
+    assert payloads == {**expected, "reset": ["old"]}[how]
     if how == "schedule":  # the new schedule fired, the old occurrence never
         assert [s.scheduled for s in rig.sqs.sent] == [T0 + 1_000 + 30_000]
+    if how == "reset":  # restarted at the reset: after 1 s from then, the old occurrence never
+        assert [s.scheduled for s in rig.sqs.sent] == [T0 + 1_000 + 1_000]
+        assert rig.timer(timer["id"])["fire_count"] == 1
 
 
 @pytest.mark.parametrize("how", ["delete", "pause", "schedule"])
@@ -754,6 +760,85 @@ def test_a_fire_claimed_before_a_change_is_sent_and_counted_whatever_its_run_doe
     expected = {"name": 4, "max_fires": 3, "pause": 1}[change_how]
     assert len(sent) == expected  # and the new revision continued after it (or paused)
     assert max(sent.values()) == 1
+
+
+def test_a_reset_waits_for_a_claimed_fire_so_nothing_of_the_old_schedule_comes_after_it(
+    rig: Rig,
+) -> None:
+    """A reset is not a change that adopts a claimed fire: it waits until the run sent and
+    recorded it, then restarts. So the fire was enqueued before the reset answered, and no
+    occurrence of the old schedule is sent after it."""
+    timer = rig.api.create(schedule={"type": "every", "seconds": 1})
+    path = f"/v1/timers/{timer['id']}"
+    until_armed(rig, T0 + 1_000)
+    waiting, recorded = threading.Event(), threading.Event()
+
+    def poll(_: float) -> None:  # the reset's wait between reads: here, for the run's record
+        waiting.set()
+        recorded.wait(timeout=10)
+
+    rig.api.runtime.wiring.changes.sleep = poll
+    answered: list[tuple[int, Any, int]] = []  # status, body, sends before the answer
+    resetting: list[threading.Thread] = []
+
+    def reset() -> None:
+        reply = rig.api.call("POST", f"{path}/reset")
+        answered.append((reply.status, reply.body, len(rig.sqs.sent)))
+
+    def hook(step: str) -> None:
+        if step == "claimed" and not resetting:
+            resetting.append(threading.Thread(target=reset))
+            resetting[0].start()
+            assert waiting.wait(timeout=10)  # the reset read the claim and waits for it
+        if step == "recorded" and resetting:
+            recorded.set()
+            resetting[0].join(timeout=10)  # the reset commits before the run goes on
+
+    rig.run(hooks=hook)
+    [(status, body, sends_before)] = answered
+    assert status == 200, body
+    assert sends_before == 1  # the claimed fire went out before the reset answered
+    assert (body["fire_count"], body["status"]) == (0, "active")
+    reset_at = parse_ms(body["updated_at"])
+    assert parse_ms(body["next_fire_at"]) == reset_at + 1_000
+    for _ in range(4):
+        rig.clock.advance(1_000)
+        rig.run_until_idle()
+    sent = sorted(s.scheduled for s in rig.sqs.sent)
+    assert sent[0] == T0 + 1_000
+    assert sent[1:] == [reset_at + 1_000 * k for k in range(1, len(sent))]  # the new series
+    assert max(rig.per_fire().values()) == 1
+    assert rig.timer(timer["id"])["fire_count"] == len(sent) - 1
+    assert {f["fire_id"] for f in rig.fires(timer["id"])} == set(rig.per_fire())
+
+
+def test_a_reset_meeting_a_claim_its_run_does_not_finish_is_409_and_changes_nothing(
+    rig: Rig,
+) -> None:
+    """The claimant is stuck (here: it is the hook's caller; on AWS a run that died holds its
+    claim ~33 s): the reset gives up after OWED_WAIT_MS, changes nothing, and the fire goes."""
+    timer = rig.api.create(schedule={"type": "every", "seconds": 1}, max_fires=1)
+    path = f"/v1/timers/{timer['id']}"
+    until_armed(rig, T0 + 1_000)
+    replies: list[Any] = []
+
+    def hook(step: str) -> None:
+        if step == "claimed" and not replies:
+            started = rig.clock()
+            replies.append(rig.api.call("POST", f"{path}/reset"))
+            assert rig.clock() - started >= OWED_WAIT_MS  # it waited, on the injected clock
+
+    rig.run(hooks=hook)
+    [refused] = replies
+    assert (refused.status, refused.error_code) == (409, "invalid_state")
+    rig.clock.advance(2_000)
+    rig.run_until_idle()
+    assert rig.per_fire() == Counter({f"{timer['id']}:{T0 + 1_000}": 1})  # late, not lost
+    shown = rig.timer(timer["id"])
+    assert (shown["status"], shown["fire_count"]) == ("completed", 1)
+    assert shown["updated_at"] == timer["updated_at"]
+    again = rig.api.call("POST", f"{path}/reset")  # with nothing in flight it goes through
+    assert (again.status, again.body["status"], again.body["fire_count"]) == (200, "active", 0)
 
 
 @pytest.mark.parametrize("flushed", [False, True])

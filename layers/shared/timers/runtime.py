@@ -162,6 +162,7 @@ def wire(
     redis_conn: Any = None,
     dynamodb: Any = None,
     record_dynamodb: Any = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Wiring:
     conn = redis_conn if redis_conn is not None else redis_client(settings)
     index = BucketIndex(conn, settings.bucket_count)
@@ -176,6 +177,7 @@ def wire(
         clock,
         settings.lookahead_seconds * 1000,
         settings.fire_retention_days * DAY_MS,
+        sleep,
     )
     return Wiring(
         settings, conn, index, timers, log, wake, Checkpoints(timers, wake, clock), changes
@@ -272,9 +274,10 @@ def build_runtime(
     settings: Settings | None = None,
     clock: Callable[[], int] = wall_clock_ms,
     redis_conn: Any = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Runtime:
     """The api's: its service over the fire path's stores, and its failed-fires service."""
-    w = wire(settings or Settings.from_env(), clock, redis_conn)
+    w = wire(settings or Settings.from_env(), clock, redis_conn, sleep=sleep)
     s = w.settings
     deliveries = DeliveryRecords(s.claims_table, s.fire_retention_days)
     service = TimerService(

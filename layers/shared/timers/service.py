@@ -2,7 +2,7 @@
 ``timers.engine.changes``.
 
 A timer's stored item is its plan and a checkpoint; what a user sees is *derived* by walking
-the fire log from that checkpoint. A change (PATCH, pause, resume, delete) is one transaction
+the fire log from that checkpoint. A change (PATCH, pause, resume, reset, delete) is one transaction
 ordered with the claim of the timer's cursor (docs/fire-path.md, R5).
 """
 
@@ -311,13 +311,22 @@ class TimerService:
     def resume(self, tenant: Tenant, timer_id: str) -> dict[str, Any]:
         return self._change(tenant, timer_id, timers.resume)
 
+    def reset(self, tenant: Tenant, timer_id: str) -> dict[str, Any]:
+        """Restart the schedule from now, fire count 0. It comes after a fire already claimed
+        (waited for, not adopted): nothing of the old schedule is sent once it answers."""
+        return self._change(tenant, timer_id, timers.reset, after_owed=True)
+
     def delete(self, tenant: Tenant, timer_id: str) -> None:
         self._change(tenant, timer_id, None)
 
     def _change(
-        self, tenant: Tenant, timer_id: str, change: Callable[[Timer, int], Timer] | None
+        self,
+        tenant: Tenant,
+        timer_id: str,
+        change: Callable[[Timer, int], Timer] | None,
+        after_owed: bool = False,
     ) -> dict[str, Any]:
-        changed = self.changes.change(tenant.name, timer_id, change)
+        changed = self.changes.change(tenant.name, timer_id, change, after_owed)
         if changed is None:
             return {}
         timer, shown = changed

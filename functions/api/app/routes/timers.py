@@ -1,4 +1,4 @@
-"""``/v1/timers``: create (one or a batch), list, get, change, cancel, pause and resume."""
+"""``/v1/timers``: create (one or a batch), list, get, change, cancel, pause, resume, reset."""
 
 from __future__ import annotations
 
@@ -131,3 +131,21 @@ def pause_timer(timer_id: str) -> m.TimerOut:
 )
 def resume_timer(timer_id: str) -> m.TimerOut:
     return m.TimerOut(**runtime().service.resume(tenant(), timer_id))
+
+
+@router.post(
+    "/v1/timers/<timer_id>/reset",
+    tags=[TAG],
+    responses={
+        **ok(200, "The timer, active again, its schedule restarted from now", m.TimerOut),
+        **errors(*ONE_TIMER, 400, 409),
+    },
+    summary="Reset: restart the schedule from now, fire count 0, whatever the status",
+    description="As if just created now with the same definition: `after` counts from now, "
+    "`every` fires at now + period (or on its `start_at` series), `cron` and `at` at their "
+    "next occurrence after now (an `at` already past: 400). A fire of the old schedule not "
+    "yet sent when it answers never fires: one already claimed is waited for (a few hundred "
+    "ms); if its run died, 409 `invalid_state` and nothing changed.",
+)
+def reset_timer(timer_id: str) -> m.TimerOut:
+    return m.TimerOut(**runtime().service.reset(tenant(), timer_id))

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from timers.core.errors import FieldError, InvalidInput, InvalidState, PayloadTooLarge
 from timers.core.schedule import (
+    AtSchedule,
     Misfire,
     Plan,
     Schedule,
@@ -230,6 +231,20 @@ def resume(timer: Timer, now_ms: int) -> Timer:
     decision = catch_up(timer.plan, cursor, now_ms, timer.misfire, grace_ms=0)
     upcoming = decision.fire_ms if decision.fire_ms is not None else decision.next_cursor_ms
     return _settle(resumed, upcoming)
+
+
+def reset(timer: Timer, now_ms: int) -> Timer:
+    """Restart the schedule at ``now_ms`` as if just created with the same definition: active
+    whatever the status, no fire counted (``after`` counts from now, ``every`` from now unless
+    ``start_at`` sets its series, ``cron`` and ``at`` at their next occurrence after now)."""
+    if isinstance(timer.schedule, AtSchedule) and timer.schedule.at_ms <= now_ms:
+        raise InvalidInput(
+            "an at timer whose time has passed cannot be reset",
+            [FieldError("schedule.at", "is not after now")],
+        )
+    restarted = replace(timer, anchor_ms=now_ms, status="active", fire_count=0, updated_ms=now_ms)
+    _check_plan(restarted.plan, now_ms, schedule_changed=True)
+    return _settle(restarted, first_fire(restarted.plan))
 
 
 def advance(timer: Timer, fire_ms: int | None, now_ms: int) -> Timer:

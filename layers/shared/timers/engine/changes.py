@@ -10,11 +10,18 @@ transaction, and the change starts over from a fresh walk.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
-from timers.core.errors import ConcurrentUpdate, FieldError, InvalidInput, NotFound
+from timers.core.errors import (
+    ConcurrentUpdate,
+    FieldError,
+    InvalidInput,
+    InvalidState,
+    NotFound,
+)
 from timers.core.schedule import is_recurring, next_fire
 from timers.core.timer import Timer, with_cursor
 from timers.core.times import format_ms
@@ -40,6 +47,11 @@ CREATE_MS = 60_000
 """A listing younger than this whose timer is absent may belong to a create in flight: six
 times the api's timeout, and a create slower than half of it lists its timers again."""
 Change = Callable[[Timer, int], Timer]
+OWED_POLL_MS = 100
+OWED_WAIT_MS = 3_000
+"""How long a change that must come after an owed fire (a reset) waits for it: a live run
+sends what it claimed within ARM_MS and records it at once; a run that died holds it until its
+claim lapses (~33 s), too long for a request - then the change is refused, nothing changed."""
 
 
 class TimerPort(Protocol):
@@ -104,6 +116,7 @@ class Changes:
     clock: Callable[[], int]
     lookahead_ms: int
     retention_ms: int
+    sleep: Callable[[float], None] = time.sleep
 
     # ---------------------------------------------------------------- create
 
@@ -152,28 +165,42 @@ class Changes:
     # ---------------------------------------------------------------- change
 
     def change(
-        self, tenant: str, timer_id: str, change: Change | None
+        self, tenant: str, timer_id: str, change: Change | None, after_owed: bool = False
     ) -> tuple[Timer, Cursor] | None:
         """Apply ``change`` (None: delete) to the derived timer and commit it in one transaction
         ordered with the claim of its cursor. Returns the timer as stored and what it shows
-        (its cursor: an owed fire stays pending until recorded); None once deleted."""
+        (its cursor: an owed fire stays pending until recorded); None once deleted.
+        ``after_owed``: a fire already claimed is not adopted but waited for, so the change
+        comes after it and nothing claimed before it is sent after it answers (a reset)."""
         for attempt in range(WRITE_ATTEMPTS):
             try:
-                return self._attempt(tenant, timer_id, change)
+                return self._attempt(tenant, timer_id, change, after_owed)
             except ConcurrentUpdate:
                 if attempt + 1 == WRITE_ATTEMPTS:
                     raise
         raise AssertionError("unreachable")
 
+    def _read_settled(self, tenant: str, timer_id: str, after_owed: bool) -> tuple[Timer, Cursor]:
+        """The stored timer and its cursor; with ``after_owed``, once no fire is owed."""
+        for _ in range(OWED_WAIT_MS // OWED_POLL_MS + 1):
+            stored = self.timers.get(tenant, timer_id)
+            if stored is None:
+                raise NotFound(f"no timer {timer_id!r}")
+            _, cursor = self.current(stored)
+            if not after_owed or cursor.pending is None:
+                return stored, cursor
+            self.sleep(OWED_POLL_MS / 1000)
+        raise InvalidState("a fire of this timer is being sent; try again in a few seconds")
+
     def _attempt(
-        self, tenant: str, timer_id: str, change: Change | None
+        self, tenant: str, timer_id: str, change: Change | None, after_owed: bool
     ) -> tuple[Timer, Cursor] | None:
-        stored = self.timers.get(tenant, timer_id)
-        if stored is None:
-            raise NotFound(f"no timer {timer_id!r}")
-        _, cursor = self.current(stored)
+        stored, cursor = self._read_settled(tenant, timer_id, after_owed)
         base = settled(stored, cursor)  # as if the owed fire, if any, had finished
         now = self.clock()
+        fired = self._last_fired(stored, cursor) if after_owed else None
+        if fired is not None:  # a restart comes after the last fire: none of its ids again
+            now = max(now, fired + 1)
         after = None if change is None else change(base, now)
         if after is not None and after == base:
             return stored, cursor
@@ -181,7 +208,9 @@ class Changes:
         if after is not None:
             after = replace(after, rev=rev, owed=False)
             if after.anchor_ms != base.anchor_ms:  # a new schedule
-                after = self._first_unclaimed(after, self._last_fired(stored, cursor))
+                if not after_owed:
+                    fired = self._last_fired(stored, cursor)
+                after = self._first_unclaimed(after, fired)
         owed, pos = cursor.pending, cursor.pos
         writes: list[dict[str, Any]] = []
         kept = after
