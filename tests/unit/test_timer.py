@@ -8,7 +8,14 @@ import pytest
 
 from timers.core import timer as t
 from timers.core.errors import InvalidInput, InvalidState, PayloadTooLarge
-from timers.core.schedule import AfterSchedule, AtSchedule, CronSchedule, EverySchedule, Misfire
+from timers.core.schedule import (
+    AfterSchedule,
+    AtSchedule,
+    CronSchedule,
+    EverySchedule,
+    Misfire,
+    Schedule,
+)
 
 T0 = 1_795_255_200_000  # 2026-11-21T10:00:00Z
 MIN = 60_000
@@ -125,6 +132,53 @@ def test_a_fired_one_shot_is_rearmed_only_by_a_new_schedule() -> None:
     assert t.patch(fired, {"end_ms": T0 + MIN}, T0 + 1).status == "completed"
     rearmed = t.patch(fired, {"schedule": AtSchedule(T0 + MIN)}, T0 + 1)
     assert (rearmed.status, rearmed.next_fire_ms) == ("active", T0 + MIN)
+
+
+def made(schedule: Schedule, **kw: int) -> t.Timer:
+    return t.create(
+        "acme", "tmr_1", schedule=schedule, target_queue_url="q", payload_json="null", now_ms=T0,
+        **kw,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("schedule", "bounds", "cursor_after_reset"),
+    [
+        (AfterSchedule(30), {}, T0 + 5 * MIN + 30_000),  # now + seconds
+        (EverySchedule(60), {}, T0 + 6 * MIN),  # now + period
+        (EverySchedule(60), {"start_ms": T0 + 30_000}, T0 + 5 * MIN + 30_000),  # its series
+        (CronSchedule("*/7 * * * *"), {}, T0 + 7 * MIN),  # the next occurrence after now
+        (CronSchedule("5 10 * * *"), {}, T0 + 24 * 60 * MIN + 5 * MIN),  # 10:05 is now: not after
+        (AtSchedule(T0 + 60 * MIN), {}, T0 + 60 * MIN),
+    ],
+)
+def test_reset_restarts_the_schedule_from_now_as_if_just_created(
+    schedule: Schedule, bounds: dict[str, int], cursor_after_reset: int
+) -> None:
+    fired = replace(made(schedule, **bounds), fire_count=3, status="completed", next_fire_ms=None)
+    reset = t.reset(fired, T0 + 5 * MIN)
+    assert (reset.status, reset.fire_count, reset.next_fire_ms) == ("active", 0, cursor_after_reset)
+    assert (reset.anchor_ms, reset.updated_ms, reset.created_ms) == (T0 + 5 * MIN,) * 2 + (T0,)
+
+
+def test_reset_of_a_paused_timer_counts_max_fires_again() -> None:
+    paused = t.pause(replace(every_minute(max_fires=2), fire_count=1), T0 + MIN)
+    reset = t.reset(paused, T0 + 90_000)
+    assert (reset.status, reset.fire_count, reset.next_fire_ms) == ("active", 0, T0 + 150_000)
+
+
+@pytest.mark.parametrize("at", [T0 + MIN, T0 + MIN - 1])
+def test_reset_refuses_an_at_that_is_not_after_now(at: int) -> None:
+    with pytest.raises(InvalidInput) as err:
+        t.reset(made(AtSchedule(at)), T0 + MIN)
+    assert [e.field for e in err.value.details] == ["schedule.at"]
+
+
+def test_reset_refuses_a_plan_left_with_no_fire() -> None:
+    ending = made(EverySchedule(60), end_ms=T0 + 150_000)
+    with pytest.raises(InvalidInput) as err:
+        t.reset(ending, T0 + 120_000)  # 10:03 is past end_at
+    assert [e.field for e in err.value.details] == ["schedule"]
 
 
 def test_read_only_fields_cannot_be_patched() -> None:
