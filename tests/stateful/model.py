@@ -18,7 +18,8 @@ The rules, from docs/fire-path.md and the contract:
   every occurrence of the current revision due after it began (past the arming window) is
   sent, all of them with ``fire_all``, those due while the service ran without faults with the
   other misfire policies, up to ``max_fires``;
-- what GET and the fire history show is what was sent.
+- what GET and the fire history show is what was sent (the count: since the last reset);
+- a reset restarts the plan from its answer: nothing claimed before it is sent after it.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class ModelTimer:
     id: str
     revisions: list[Revision]
     deleted_at: int | None = None
+    uncounted: set[str] = field(default_factory=set)  # fire ids sent before its last reset
 
     @property
     def current(self) -> Revision:
@@ -136,6 +138,15 @@ class Model:
 
     # ------------------------------------------------------------ at a settle point
 
+    def reset(self, timer_id: str) -> None:
+        """A reset answered: every fire of the timer sent so far is no longer counted, and none
+        of its claims may still be unsent (a reset waits for a claimed fire, never adopts it)."""
+        timer = self.timers[timer_id]
+        sent = self.sent_ids(timer_id)
+        unsent = {f for f in self.claimed if f.rsplit(":", 1)[0] == timer_id} - sent
+        assert not unsent, f"a reset answered while these claims were unsent: {sorted(unsent)}"
+        timer.uncounted = sent
+
     def sent_ids(self, timer_id: str) -> set[str]:
         return {s.fire_id for s in self.sends if s.timer_id == timer_id}
 
@@ -157,6 +168,7 @@ class Model:
             if timer.deleted_at is not None or r.status != "active":
                 continue
             sent = sent_by_timer[timer.id]
+            counted = {d for d in sent if f"{timer.id}:{d}" not in timer.uncounted}
             start = r.since + ARM_MS + CLAIM_EDGE_MS
             if r.misfire != "fire_all" and is_recurring(r.plan.schedule):
                 start = max(start, settled_from + RECOVERY_MS)
@@ -164,7 +176,7 @@ class Model:
             if not is_recurring(r.plan.schedule):
                 due = [d for d in (first_fire(r.plan),) if d is not None and d <= horizon]
             if r.plan.max_fires is not None:
-                before = len({d for d in sent if d <= start})
+                before = len({d for d in counted if d <= start})  # a reset counts anew
                 room = max(0, r.plan.max_fires - before)
                 assert len([d for d in due if d in sent]) >= min(room, len(due)), (
                     f"lost fires of {timer.id} (max_fires {r.plan.max_fires}): "
@@ -182,8 +194,10 @@ class Model:
             return
         assert view is not None, f"a timer that exists answers 404: {timer}"
         sent = self.sent_ids(timer_id)
-        assert view["fire_count"] == len(sent), (
-            f"GET says {view['fire_count']} fires, {len(sent)} were sent: {view}\n{sorted(sent)}"
+        counted = sent - timer.uncounted  # a reset counts anew; its history keeps them all
+        assert view["fire_count"] == len(counted), (
+            f"GET says {view['fire_count']} fires, {len(counted)} were sent since the last "
+            f"reset: {view}\n{sorted(counted)}"
         )
         kept = {f for f in sent if int(f.rsplit(":", 1)[1]) >= self.history_from}
         assert kept <= set(history) <= sent and len(history) == len(set(history)), (

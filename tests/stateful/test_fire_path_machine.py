@@ -4,7 +4,7 @@ A Hypothesis ``RuleBasedStateMachine`` drives the real code - the api handler, t
 the fan-out and the trigger, on a real redis-server and moto, one injected clock - through
 random interleavings of: single and batch creates (some dying between their writes, some
 retried with their Idempotency-Key after the first attempt died), PATCH of every field, pause,
-resume, delete; migrator, fan-out and trigger runs that die at any step
+resume, reset, delete; migrator, fan-out and trigger runs that die at any step
 (after the lease, the claim, the send, the record...) or run out of time; changes made in the
 middle of a run; Redis FLUSHALL at any point, a bucket's data lost, a failover to a replica
 that lagged (every write since its snapshot lost), and Redis commands failing; DynamoDB timeouts
@@ -340,6 +340,9 @@ class FirePathMachine(RuleBasedStateMachine):
             elif reply.status == 204:
                 self._changed(timer_id, None, False)
             return
+        if action == "reset":
+            self._reset(timer_id)
+            return
         reply = self._call("POST", f"{path}/{action}", tenant)
         want = "paused" if action == "pause" else "active"
         if reply is None:
@@ -351,7 +354,30 @@ class FirePathMachine(RuleBasedStateMachine):
         else:
             assert reply.status in (404, 409), reply.body
 
-    @rule(pick=picks, action=st.sampled_from(["pause", "resume", "delete"]))
+    def _reset(self, timer_id: str) -> None:
+        """The plan restarts at the reset's time (``updated_at``: now, or just after the last
+        fire), its count from 0; 400 for an ``at`` already past, 409 while a claim it meets
+        stays unsent (its run stalled or died)."""
+        sent_at = self.world.clock()
+        reply = self._call("POST", f"/v1/timers/{timer_id}/reset", self.owner[timer_id])
+        if reply is None:
+            with self.world.observing():
+                got = self.world.api.call(
+                    "GET", f"/v1/timers/{timer_id}", tenant=self.owner[timer_id]
+                )
+            view = got.body if got.status == 200 else None
+            if view is None or parse_ms(view["updated_at"]) < sent_at or view["fire_count"]:
+                return  # it died before its transaction
+        elif reply.status != 200:
+            assert reply.status in (400, 404, 409), reply.body
+            return
+        else:
+            view = reply.body
+        self.model.reset(timer_id)
+        self.anchors[timer_id] = parse_ms(view["updated_at"])
+        self._changed(timer_id, view, False)
+
+    @rule(pick=picks, action=st.sampled_from(["pause", "resume", "delete", "reset"]))
     def pause_resume_delete(self, pick: int, action: str) -> None:
         timer = self._pick(pick)
         if timer is not None and self.model.timers[timer].deleted_at is None:
@@ -387,7 +413,7 @@ class FirePathMachine(RuleBasedStateMachine):
 
     @rule(step=race_steps, pick=picks, claimed=st.booleans(), action=st.sampled_from(["name",
           "max_fires", "schedule", "pause", "resume", "delete", "end_at", "start_at", "flush",
-          "none"]),
+          "none", "reset"]),
           which=schedules, stall=st.sampled_from([0, 9_000, 15_000]), then_die=st.none() | steps,
           remaining_ms=remaining)  # fmt: skip
     def change_during_a_run(
@@ -408,7 +434,7 @@ class FirePathMachine(RuleBasedStateMachine):
                 elif (action == "none" or target not in self.model.timers
                       or self.model.timers[target].deleted_at is not None):  # fmt: skip
                     pass
-                elif action in ("pause", "resume", "delete"):
+                elif action in ("pause", "resume", "delete", "reset"):
                     self._act(target, action)
                 else:
                     self._patch(target, self._patches(target, action, which))
