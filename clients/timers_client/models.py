@@ -50,6 +50,7 @@ class Fire:
     delivered_at: str | None = None  # HTTP targets: when a POST got a 2xx
     attempts: int | None = None  # HTTP targets: POSTs made
     last_status: int | None = None  # HTTP targets: the last answer's status
+    last_error: dict[str, Any] | None = None  # HTTP targets: status, error, body, latency_ms
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Fire:

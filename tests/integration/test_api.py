@@ -1032,6 +1032,7 @@ def test_fires_newest_first_with_pagination(api: Api) -> None:
         "delivered_at": None,
         "attempts": None,
         "last_status": None,
+        "last_error": None,
     }
     rest = api.call(
         "GET",

@@ -203,6 +203,7 @@ def test_a_fire_is_posted_signed_with_the_contract_body_and_shown_delivered(
     timer_id = d.fire(url, {"Authorization": "Bearer abc"}, payload=payload, name="r")
     history = d.history(timer_id)
     assert history[0]["status"] == "enqueued" and history[0]["attempts"] == 0
+    assert history[0]["last_error"] is None  # no attempt yet
 
     messages = d.receive()
     assert len(messages) == 1
@@ -219,6 +220,9 @@ def test_a_fire_is_posted_signed_with_the_contract_body_and_shown_delivered(
     (fire,) = d.history(timer_id)
     assert (fire["status"], fire["attempts"], fire["last_status"]) == ("delivered", 1, 200)
     assert fire["delivered_at"] is not None and fire["reason"] is None
+    last = fire["last_error"]
+    assert (last["status"], last["error"], last["body"]) == (200, None, "ok")
+    assert isinstance(last["latency_ms"], int) and last["latency_ms"] >= 0
     assert d.receive() == []  # deleted
 
 
@@ -260,6 +264,22 @@ def test_a_400_fails_at_once_and_goes_to_the_dead_letter_queue(delivery: Deliver
     assert d.receive() == []
 
 
+def test_a_failed_fire_keeps_the_start_of_the_answer_and_never_the_request_headers(
+    delivery: Delivery,
+) -> None:
+    d, server = delivery, delivery.server
+    answer = ("é" * 300).encode() + b"tail"  # 604 bytes; 512 of them are 256 é
+    url = server.on("/refuses", 422, body=answer)
+    timer_id = d.fire(url, {"Authorization": "Bearer s3cret"})
+    assert d.handle(d.receive()) == []
+    (fire,) = d.history(timer_id)
+    last = fire["last_error"]
+    assert (fire["status"], last["status"], last["error"]) == ("failed", 422, None)
+    assert last["body"] == "é" * 256  # the first 512 bytes, as text
+    stored = d.rig.api.runtime.wiring.log.client.scan(TableName=SETTINGS.claims_table)["Items"]
+    assert "s3cret" not in json.dumps(stored)  # the request's headers are not kept
+
+
 def test_a_timeout_is_retried(delivery: Delivery) -> None:
     d, server = delivery, delivery.server
     d.timeout_s = 0.3
@@ -268,6 +288,9 @@ def test_a_timeout_is_retried(delivery: Delivery) -> None:
     assert d.handle(messages) == [messages[0]["MessageId"]]
     (fire,) = d.history(timer_id)
     assert (fire["status"], fire["attempts"], fire["last_status"]) == ("enqueued", 1, None)
+    last = fire["last_error"]
+    assert (last["status"], last["error"], last["body"]) == (None, "timeout", "")
+    assert last["latency_ms"] >= 300  # the attempt's timeout, 0.3 s here
 
 
 def test_after_the_retry_budget_the_fire_fails_and_is_dead_lettered(delivery: Delivery) -> None:

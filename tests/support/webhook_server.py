@@ -28,6 +28,7 @@ class Endpoint:
     hold_timeout_s: float = 30.0
     location: str | None = None  # a Location header (redirect tests)
     headers: dict[str, str] = field(default_factory=dict)  # more answer headers
+    body: bytes = b"ok"  # the answer's body
 
 
 class WebhookServer:
@@ -57,9 +58,9 @@ class WebhookServer:
                         self.send_header("Location", endpoint.location)
                     for name, value in endpoint.headers.items():
                         self.send_header(name, value)
-                    self.send_header("Content-Length", "2")
+                    self.send_header("Content-Length", str(len(endpoint.body)))
                     self.end_headers()
-                    self.wfile.write(b"ok")
+                    self.wfile.write(endpoint.body)
                 except OSError:  # the client gave up (a timeout test)
                     pass
 
@@ -73,8 +74,10 @@ class WebhookServer:
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
 
-    def on(self, path: str, *statuses: int, hold: threading.Event | None = None) -> str:
-        self.endpoints[path] = Endpoint(list(statuses) or [200], hold)
+    def on(
+        self, path: str, *statuses: int, hold: threading.Event | None = None, body: bytes = b"ok"
+    ) -> str:
+        self.endpoints[path] = Endpoint(list(statuses) or [200], hold, body=body)
         return self.url(path)
 
     def at(self, path: str) -> list[Received]:

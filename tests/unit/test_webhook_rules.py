@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -276,7 +277,7 @@ def test_post_sends_the_body_and_headers_and_reads_the_status(server: WebhookSer
     url = server.on("/ok", 201)
     headers = {"X-Custom": "v", "Content-Type": "text/plain"}  # ours wins: the body is JSON
     got = http_target.post(url, b'{"a":1}', headers, allow_loopback=True)
-    assert got == Attempt(201)
+    assert (got.status, got.error, got.body) == (201, None, "ok")
     (request,) = server.at("/ok")
     assert request.body == b'{"a":1}'
     assert request.headers["x-custom"] == "v"
@@ -337,20 +338,46 @@ def test_a_target_http_client_refuses_to_send_fails_at_once_unsent(
     """Stored before validation caught it: retrying would only fail the same way for 24 h."""
     url = server.on("/ok").replace("/ok", path)
     got = http_target.post(url, b"{}", headers, allow_loopback=True)
-    assert got == Attempt(error="invalid_target") and verdict(got) == "failed"
+    assert (got.status, got.error) == (None, "invalid_target") and verdict(got) == "failed"
     assert server.received == []
 
 
 def test_a_host_name_that_does_not_idna_encode_fails_at_once() -> None:
     got = http_target.post("https://a..b/x", b"{}", {})  # the real resolver
-    assert got == Attempt(error="invalid_target")
+    assert (got.status, got.error) == (None, "invalid_target")
 
 
 def test_redirects_are_not_followed(server: WebhookServer) -> None:
     url = server.on("/moved", 302)
     server.endpoints["/moved"].location = server.url("/elsewhere")
-    assert http_target.post(url, b"{}", {}, allow_loopback=True) == Attempt(302)
+    assert http_target.post(url, b"{}", {}, allow_loopback=True).status == 302
     assert server.at("/elsewhere") == []
+
+
+def test_an_attempt_keeps_the_answers_first_512_bytes_as_text_and_its_latency(
+    server: WebhookServer,
+) -> None:
+    answer = b"x" + "é".encode() * 300  # byte 512 splits an é: it reads as a replacement
+    url = server.on("/long", 500, body=answer)
+    read: list[float] = []
+
+    def clock() -> float:  # the injected clock: 50 ms more at each reading
+        read.append(10.0 + 0.05 * len(read))
+        return read[-1]
+
+    got = http_target.post(url, b"{}", {}, allow_loopback=True, clock=clock)
+    assert got.status == 500
+    assert got.body == "x" + "é" * 255 + "\ufffd"
+    assert got.latency_ms == round((read[-1] - read[0]) * 1000) > 0  # first to last reading
+
+
+def test_an_attempt_without_an_answer_keeps_no_body_and_still_its_latency(
+    server: WebhookServer,
+) -> None:
+    url = server.on("/hang", 200, hold=threading.Event())
+    got = http_target.post(url, b"{}", {}, allow_loopback=True, timeout_s=0.2)
+    assert (got.status, got.error, got.body) == (None, "timeout", "")
+    assert got.latency_ms >= 200
 
 
 def test_a_hanging_endpoint_is_a_timeout(server: WebhookServer) -> None:
@@ -714,8 +741,8 @@ def test_a_redelivered_message_reopens_a_failure_from_before_its_redelivery_only
     assert deliver(plain, d).verdict == "duplicate"  # not redelivered: the failure stands
     stamped = Message("m2", "rh", plain.body, {**plain.attributes, REDELIVERED: "40"})
     assert deliver(stamped, d).verdict == "delivered"
-    assert records.states[ref] == DeliveryState(
-        3, 40, d.clock(), 200, delivered_ms=d.clock()
+    assert replace(records.states[ref], last_latency_ms=None) == DeliveryState(
+        3, 40, d.clock(), 200, last_body="ok", delivered_ms=d.clock()
     )  # the budget counted from the redelivery (first_ms 40), the attempts went on
     records.states[ref] = DeliveryState(3, 40, 50, 400, failed="http 400", failed_ms=50)
     assert deliver(stamped, d).verdict == "duplicate"  # failed after its redelivery

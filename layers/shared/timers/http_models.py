@@ -222,6 +222,21 @@ class TimerBatchOut(_Out):
     items: list[TimerOut] = Field(description="The created timers, in the order of the request")
 
 
+class LastAttemptOut(_Out):
+    status: int | None = Field(description="The answer's HTTP status; null: no answer")
+    error: (
+        Literal[
+            "timeout", "connection_error", "blocked_address", "invalid_target", "no_signing_secret"
+        ]
+        | None
+    ) = Field(
+        description="Why there was no answer (no_signing_secret: the tenant had no webhook "
+        "secret, so nothing was sent); null when there was one"
+    )
+    body: str = Field(description="The answer's first 512 bytes, as text")
+    latency_ms: int = Field(description="From the start of the POST to its answer or error")
+
+
 class FireOut(_Out):
     fire_id: str = Field(description="<timer id>:<due epoch ms>")
     scheduled_at: Timestamp
@@ -240,6 +255,11 @@ class FireOut(_Out):
     attempts: int | None = Field(None, description="HTTP targets: POSTs made; null for queues")
     last_status: int | None = Field(
         None, description="HTTP targets: the last answer's HTTP status; null: none yet or no answer"
+    )
+    last_error: LastAttemptOut | None = Field(
+        None,
+        description="HTTP targets: how the last POST went (null before one, and for queues); "
+        "the request's headers are never kept",
     )
 
 

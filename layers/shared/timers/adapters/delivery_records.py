@@ -21,7 +21,8 @@ from timers.engine.log import TTL, TTL_MARGIN_S, Fields, from_map, to_map
 RECORD = "w"  # the attribute that holds the record
 FIELDS: Fields = {
     "attempts": ("a", "N"), "first_ms": ("t0", "N"), "last_ms": ("t", "N"),
-    "last_status": ("ls", "N"), "last_error": ("le", "S"), "delivered_ms": ("dv", "N"),
+    "last_status": ("ls", "N"), "last_error": ("le", "S"), "last_body": ("lb", "S"),
+    "last_latency_ms": ("ll", "N"), "delivered_ms": ("dv", "N"),
     "failed": ("x", "S"), "failed_ms": ("xt", "N"),
 }  # fmt: skip
 

@@ -6,8 +6,9 @@
   to a public address for the check and to a private one for the connect (DNS rebinding).
 - **Connect**: the socket's peer address is checked again once connected.
 - TLS is verified against the URL's host name (SNI too), redirects are never followed (a 3xx
-  is an answer, and a failure), at most RESPONSE_BODY_MAX bytes of the answer are read and then
-  dropped, and the whole attempt ends within its timeout.
+  is an answer, and a failure), at most RESPONSE_BODY_MAX bytes of the answer are read (the
+  first ANSWER_KEPT_BYTES kept as text for the fire's ``last_error``), and the whole attempt
+  ends within its timeout; its latency is measured.
 
 Only the standard library: the delivery function needs nothing more in its layer.
 """
@@ -21,10 +22,12 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
 from timers.core.webhooks import (
+    ANSWER_KEPT_BYTES,
     ATTEMPT_TIMEOUT_S,
     RESPONSE_BODY_MAX,
     Attempt,
@@ -92,7 +95,22 @@ def post(
     resolver: Resolver | None = None,  # None: ``resolve``, looked up now (tests replace it)
     clock: Callable[[], float] = time.monotonic,
 ) -> Attempt:
-    """POST ``body`` to ``url``; the answer's status, or why there was none."""
+    """POST ``body`` to ``url``; the answer's status and start, or why there was none; and
+    how long it took."""
+    started = clock()
+    attempt = _post(url, body, headers, allow_loopback, timeout_s, resolver, clock)
+    return replace(attempt, latency_ms=max(0, round((clock() - started) * 1000)))
+
+
+def _post(
+    url: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    allow_loopback: bool,
+    timeout_s: float,
+    resolver: Resolver | None,
+    clock: Callable[[], float],
+) -> Attempt:
     parts = urlsplit(url)
     host = parts.hostname or ""
     https = parts.scheme == "https"
@@ -137,11 +155,12 @@ def post(
         if conn.sock is not None:  # the rest of the budget for the answer
             conn.sock.settimeout(max(0.1, timeout_s - (clock() - started)))
         response = conn.getresponse()
-        response.read(RESPONSE_BODY_MAX)  # read a little (keeps some servers happy), drop it
+        answer = response.read(RESPONSE_BODY_MAX)  # a little (keeps some servers happy)
         if cut.is_set():
             return Attempt(error="timeout")  # the watchdog cut a trickle short
         retry_after = parse_retry_after(response.getheader("retry-after"))
-        return Attempt(status=response.status, retry_after_s=retry_after)
+        kept = answer[:ANSWER_KEPT_BYTES].decode("utf-8", errors="replace")
+        return Attempt(status=response.status, retry_after_s=retry_after, body=kept)
     except _Blocked:
         return Attempt(error="blocked_address")
     except TimeoutError:

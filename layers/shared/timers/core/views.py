@@ -67,4 +67,5 @@ def fire_view(
         "delivered_at": _time(delivery.delivered_ms) if delivery else None,
         "attempts": (delivery.attempts if delivery else 0) if http else None,
         "last_status": delivery.last_status if delivery else None,
+        "last_error": delivery.last_attempt() if delivery else None,
     }

@@ -46,7 +46,10 @@ BACKOFF_MAX_S = 3_600.0
 """Retry n waits about BACKOFF_FIRST_S * 2^(n-1), at most BACKOFF_MAX_S (an hour), jittered."""
 
 RESPONSE_BODY_MAX = 4_096
-"""Bytes of an answer's body read (then dropped: never stored nor logged)."""
+"""Bytes of an answer's body read; never logged."""
+ANSWER_KEPT_BYTES = 512
+"""The start of an answer's body kept, as text, in the fire's delivery record (``last_error``):
+enough for an endpoint's error message, bounded so a record stays ~1 WRU."""
 
 # Used with fullmatch: ``$`` would also match before a final newline.
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 header field name
@@ -366,6 +369,8 @@ class Attempt:
     status: int | None = None  # the answer's status; None: no answer
     error: str | None = None  # timeout | connection_error | blocked_address | invalid_target
     retry_after_s: int | None = None  # the answer's Retry-After (seconds), if it gave one
+    body: str = ""  # the answer's first ANSWER_KEPT_BYTES, as text (never the request's)
+    latency_ms: int = 0  # from the start of the attempt to its answer or error
 
     @property
     def label(self) -> str:
@@ -381,6 +386,8 @@ class DeliveryState:
     last_ms: int | None = None
     last_status: int | None = None  # the last answer's HTTP status; None: no answer
     last_error: str | None = None  # timeout | connection_error | blocked_address | ...
+    last_body: str | None = None  # the last answer's first ANSWER_KEPT_BYTES, as text
+    last_latency_ms: int | None = None
     delivered_ms: int | None = None
     failed: str | None = None  # why delivery ended without success
     failed_ms: int | None = None  # when (it names the fire's record in the failed-fires table)
@@ -399,6 +406,8 @@ class DeliveryState:
             last_ms=self.last_ms,
             last_status=self.last_status,
             last_error=self.last_error,
+            last_body=self.last_body,
+            last_latency_ms=self.last_latency_ms,
         )
 
     def redelivered_since(self, redelivered_ms: int | None) -> bool:
@@ -418,7 +427,20 @@ class DeliveryState:
             last_ms=now_ms,
             last_status=attempt.status,
             last_error=attempt.error,
+            last_body=attempt.body or None,  # nothing stored for an empty answer
+            last_latency_ms=attempt.latency_ms,
         )
+
+    def last_attempt(self) -> dict[str, object] | None:
+        """``last_error`` of the fire's view: how the last POST went (None before one)."""
+        if self.attempts == 0:
+            return None
+        return {
+            "status": self.last_status,
+            "error": self.last_error,
+            "body": self.last_body or "",
+            "latency_ms": self.last_latency_ms or 0,
+        }
 
 
 def verdict(attempt: Attempt) -> Verdict:
