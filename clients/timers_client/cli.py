@@ -3,6 +3,7 @@
     timers create --in 30s --payload '{"a":1}'
     timers create --cron '0 7 * * 1-5' --tz Europe/Berlin --name standup
     timers ls | timers get ID | timers fires ID | timers pause|resume|reset|rm ID
+    timers run ID                    # one extra fire now, besides the schedule
     timers preview --every 90s --count 5
     timers failed --since 2026-11-21T00:00:00Z     # webhook fires whose delivery gave up
     timers redeliver ID [FIRE_ID]    # one failed fire again, or every failed fire of ID
@@ -271,6 +272,11 @@ def _state_change(name: str) -> Callable[[Client, argparse.Namespace], Any]:
     return run
 
 
+def cmd_run(client: Client, args: argparse.Namespace) -> Any:
+    fire = client.run(args.id)
+    return fire, lambda: f"fired {fire.fire_id} ({fire.status} at {fire.enqueued_at or '-'})"
+
+
 def cmd_rm(client: Client, args: argparse.Namespace) -> Any:
     for timer_id in args.ids:
         client.delete(timer_id)
@@ -478,6 +484,7 @@ def parser() -> argparse.ArgumentParser:
         ("pause", _state_change("pause"), "pause a timer"),
         ("resume", _state_change("resume"), "resume a timer"),
         ("reset", _state_change("reset"), "restart a timer's schedule from now, fire count 0"),
+        ("run", cmd_run, "fire a timer once now, besides its schedule (its own fire id)"),
     ]:
         one_timer = command(name, help=text)
         one_timer.add_argument("id")

@@ -38,6 +38,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "pause": ("POST", "/v1/timers/{timer_id}/pause"),
     "resume": ("POST", "/v1/timers/{timer_id}/resume"),
     "reset": ("POST", "/v1/timers/{timer_id}/reset"),
+    "run": ("POST", "/v1/timers/{timer_id}/run"),
     "fires_page": ("GET", "/v1/timers/{timer_id}/fires"),
     "failed_fires_page": ("GET", "/v1/fires"),
     "redeliver": ("POST", "/v1/timers/{timer_id}/fires/{fire_id}/redeliver"),
@@ -281,6 +282,11 @@ class Client:
         """Restart the schedule from now, fire count 0, whatever the status (an ``at`` whose
         time passed: ValidationError; a fire of it being sent by a run that died: InvalidState)."""
         return Timer.from_json(self._call("POST", f"/timers/{_id(timer_id)}/reset"))
+
+    def run(self, timer_id: str) -> Fire:
+        """Fire once now, besides the schedule (whatever the status): the fire, enqueued, with
+        its own fire id; it moves no next fire and counts toward no ``max_fires``."""
+        return Fire.from_json(self._call("POST", f"/timers/{_id(timer_id)}/run"))
 
     def fires_page(
         self, timer_id: str, *, limit: int = 50, cursor: str | None = None

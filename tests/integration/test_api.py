@@ -920,6 +920,114 @@ def test_resetting_a_deleted_or_unknown_timer_is_404(api: Api) -> None:
     assert indexed(api) == set()
 
 
+# ---------------------------------------------------------------- run now
+
+
+def queued(api: Api, tenant: str = "acme") -> list[dict[str, Any]]:
+    """The callbacks on the tenant's queue (received, then deleted)."""
+    sqs = boto3.client("sqs")
+    got = sqs.receive_message(
+        QueueUrl=api.queues[tenant], MaxNumberOfMessages=10, MessageAttributeNames=["All"]
+    ).get("Messages", [])
+    for message in got:
+        sqs.delete_message(QueueUrl=api.queues[tenant], ReceiptHandle=message["ReceiptHandle"])
+    return [json.loads(m["Body"]) for m in got]
+
+
+def test_run_now_enqueues_one_extra_fire_with_its_own_id_and_changes_nothing_else(
+    api: Api,
+) -> None:
+    timer = api.create(schedule={"type": "every", "seconds": 60}, payload={"a": 1}, name="n")
+    api.clock.advance(10_000)
+    reply = api.call("POST", f"/v1/timers/{timer['id']}/run")
+    assert reply.status == 202, reply.body
+    fire = reply.body
+    assert fire["fire_id"] == f"{timer['id']}:{T0 + 10_000}"
+    assert (fire["status"], fire["scheduled_at"]) == ("enqueued", format_ms(T0 + 10_000))
+    assert fire["enqueued_at"] is not None and fire["lag_ms"] >= 0
+    (message,) = queued(api)
+    assert message["fire_id"] == fire["fire_id"]
+    assert (message["payload"], message["name"]) == ({"a": 1}, "n")
+    assert message["timer_id"] == timer["id"]
+    shown = api.call("GET", f"/v1/timers/{timer['id']}").body
+    assert shown == timer  # next_fire_at, fire_count, updated_at: as they were
+    fires = api.call("GET", f"/v1/timers/{timer['id']}/fires").body
+    assert fires["items"] == [fire] and fires["next_cursor"] is None
+    assert indexed(api) == {(timer["id"], T0 + 60_000, 1)}  # the schedule's card, untouched
+
+
+def test_run_now_counts_toward_no_max_fires_and_runs_paused_and_completed_timers(
+    api: Api,
+) -> None:
+    paused = api.create(schedule={"type": "every", "seconds": 60})
+    api.call("POST", f"/v1/timers/{paused['id']}/pause")
+    assert api.call("POST", f"/v1/timers/{paused['id']}/run").status == 202  # paused
+    assert api.call("GET", f"/v1/timers/{paused['id']}").body["status"] == "paused"
+    timer = api.create(schedule={"type": "every", "seconds": 60}, max_fires=1)
+    assert api.call("POST", f"/v1/timers/{timer['id']}/run").status == 202  # not counted
+    fired(api, timer["id"], 1)  # its one scheduled fire: completed
+    api.clock.advance(90_000)
+    shown = api.call("GET", f"/v1/timers/{timer['id']}").body
+    assert (shown["status"], shown["fire_count"]) == ("completed", 1)
+    reply = api.call("POST", f"/v1/timers/{timer['id']}/run")  # completed: runs all the same
+    assert reply.status == 202, reply.body
+    assert api.call("GET", f"/v1/timers/{timer['id']}").body == shown
+    fires = api.call("GET", f"/v1/timers/{timer['id']}/fires").body["items"]
+    assert [f["scheduled_at"] for f in fires] == [
+        format_ms(T0 + 90_000), format_ms(T0 + 60_000), format_ms(T0)
+    ]  # fmt: skip
+    assert len(queued(api)) == 3  # the test claimed its scheduled fire without sending it
+
+
+def test_run_now_never_takes_a_fire_id_of_the_schedule_or_of_another_run(api: Api) -> None:
+    timer = api.create(schedule={"type": "every", "seconds": 60})
+    api.clock.now = T0 + 60_000  # the millisecond of its next occurrence
+    first = api.call("POST", f"/v1/timers/{timer['id']}/run").body
+    assert first["fire_id"] == f"{timer['id']}:{T0 + 60_001}"  # a millisecond on
+    assert api.clock.now >= T0 + 60_001  # waited for it: never early
+    api.clock.now = T0 + 60_001
+    second = api.call("POST", f"/v1/timers/{timer['id']}/run").body
+    assert second["fire_id"] == f"{timer['id']}:{T0 + 60_002}"  # that one is taken
+    assert [m["fire_id"] for m in queued(api)] == [first["fire_id"], second["fire_id"]]
+    fired(api, timer["id"], 1)  # the schedule's own fire at 10:01 is still its to claim
+    assert api.call("GET", f"/v1/timers/{timer['id']}").body["fire_count"] == 1
+
+
+def test_the_fire_history_pages_through_scheduled_and_extra_fires_newest_first(
+    api: Api,
+) -> None:
+    timer = api.create(schedule={"type": "every", "seconds": 60})
+    runs = []
+    for at in (30_000, 95_000, 96_000):
+        api.clock.now = T0 + at
+        runs.append(api.call("POST", f"/v1/timers/{timer['id']}/run").body["fire_id"])
+    fired(api, timer["id"], 3)  # 10:01, 10:02, 10:03
+    every = [f"{timer['id']}:{T0 + ms}" for ms in (60_000, 120_000, 180_000)]
+    want = sorted(runs + every, key=lambda f: -int(f.rsplit(":", 1)[1]))
+    for limit in (1, 2, 3, 6):
+        seen, cursor = [], None
+        while True:
+            query = {"limit": str(limit), **({"cursor": cursor} if cursor else {})}
+            page = api.call("GET", f"/v1/timers/{timer['id']}/fires", query=query).body
+            assert len(page["items"]) <= limit
+            seen += [f["fire_id"] for f in page["items"]]
+            if (cursor := page["next_cursor"]) is None:
+                break
+        assert seen == want, limit
+
+
+def test_running_a_deleted_or_unknown_timer_is_404_and_sends_nothing(api: Api) -> None:
+    timer = api.create(schedule={"type": "after", "seconds": 30})
+    api.call("DELETE", f"/v1/timers/{timer['id']}")
+    for timer_id in (timer["id"], "tmr_nope"):
+        reply = api.call("POST", f"/v1/timers/{timer_id}/run")
+        assert (reply.status, reply.error_code) == (404, "not_found")
+    other = api.create(tenant="globex", schedule={"type": "after", "seconds": 30})
+    reply = api.call("POST", f"/v1/timers/{other['id']}/run")  # another tenant's: 404 too
+    assert (reply.status, reply.error_code) == (404, "not_found")
+    assert queued(api) == [] and queued(api, "globex") == []
+
+
 def test_delete_then_404_and_gone_from_redis(api: Api) -> None:
     timer = api.create(schedule={"type": "after", "seconds": 3})
     reply = api.call("DELETE", f"/v1/timers/{timer['id']}")
@@ -956,6 +1064,7 @@ def test_unknown_timer_and_unknown_route_are_404(api: Api) -> None:
         ("PUT", "/v1/timers/tmr_x", "GET, PATCH, DELETE"),
         ("GET", "/v1/timers/tmr_x/pause", "POST"),
         ("GET", "/v1/timers/tmr_x/reset", "POST"),
+        ("GET", "/v1/timers/tmr_x/run", "POST"),
         ("DELETE", "/v1/timers/tmr_x/fires", "GET"),
         ("POST", "/v1/tenant", "GET"),
         ("HEAD", "/v1/health", "GET"),
@@ -991,6 +1100,7 @@ def test_a_method_a_path_does_not_serve_is_405_with_allow(
         ("POST", "/pause", None),
         ("POST", "/resume", None),
         ("POST", "/reset", None),
+        ("POST", "/run", None),
         ("GET", "/fires", None),
     ],
 )

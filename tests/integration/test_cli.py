@@ -190,6 +190,19 @@ def test_reset_restarts_a_timer_and_says_why_it_cannot(
     assert code == 1 and "schedule.at" in err
 
 
+def test_run_fires_a_timer_once_now_and_says_so(
+    api: Api, capsys: pytest.CaptureFixture[str]
+) -> None:
+    made = api.create(schedule={"type": "every", "seconds": 60})
+    api.clock.advance(5_000)
+    fire = as_json(timers(api, capsys, "--json", "run", made["id"]))
+    assert (fire["fire_id"], fire["status"]) == (f"{made['id']}:{T0 + 5_000}", "enqueued")
+    _, out, _ = timers(api, capsys, "run", made["id"])
+    assert out.startswith(f"fired {made['id']}:") and "enqueued" in out
+    code, _, err = timers(api, capsys, "run", "tmr_nope")
+    assert code == 1 and "tmr_nope" in err
+
+
 def test_a_payload_comes_from_a_file_or_standard_input(
     api: Api, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

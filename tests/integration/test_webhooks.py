@@ -280,6 +280,25 @@ def test_a_failed_fire_keeps_the_start_of_the_answer_and_never_the_request_heade
     assert "s3cret" not in json.dumps(stored)  # the request's headers are not kept
 
 
+def test_run_now_of_an_http_target_is_posted_by_the_delivery_function(
+    delivery: Delivery,
+) -> None:
+    d, server = delivery, delivery.server
+    url = server.on("/now", 200)
+    made = d.rig.api.create(schedule=after(3_600), target={"url": url})
+    extras = d.rig.api.runtime.service.extras
+    assert extras is not None
+    extras.delivery_queue_url = d.queue
+    reply = d.rig.api.call("POST", f"/v1/timers/{made['id']}/run")
+    assert reply.status == 202, reply.body
+    assert (reply.body["status"], reply.body["attempts"]) == ("enqueued", 0)
+    assert d.handle(d.receive()) == []
+    (posted,) = server.at("/now")
+    assert posted.headers["webhook-id"] == reply.body["fire_id"]
+    (fire,) = d.history(made["id"])
+    assert (fire["fire_id"], fire["status"]) == (reply.body["fire_id"], "delivered")
+
+
 def test_a_timeout_is_retried(delivery: Delivery) -> None:
     d, server = delivery, delivery.server
     d.timeout_s = 0.3

@@ -28,6 +28,7 @@ from timers.adapters.tenants import CachedAuthenticator, TenantStore
 from timers.adapters.timers_table import TimerStore
 from timers.config import Settings
 from timers.engine.changes import Changes, Checkpoints
+from timers.engine.extra import Extras
 from timers.engine.index import BucketIndex
 from timers.engine.log import FireLog
 from timers.engine.wake import WakeStore
@@ -280,12 +281,28 @@ def build_runtime(
     w = wire(settings or Settings.from_env(), clock, redis_conn, sleep=sleep)
     s = w.settings
     deliveries = DeliveryRecords(s.claims_table, s.fire_retention_days)
+    sqs: list[Any] = []  # built on first use: most requests send nothing
+
+    def sqs_client() -> Any:
+        if not sqs:
+            sqs.append(boto3.client("sqs", config=SQS_CONFIG))
+        return sqs[0]
+
+    extras = Extras(
+        w.log,
+        clock,
+        sqs_client,
+        s.delivery_queue_url,
+        s.fire_retention_days * DAY_MS,
+        sleep,
+    )
     service = TimerService(
         w.changes,
         deliveries,
         IdempotencyStore(s.idempotency_table),
         clock,
         allow_loopback_targets=s.timers_allow_loopback_targets,
+        extras=extras,
     )
     failures = FailedFireService(
         failures=FailedFireStore(s.failed_fires_table, s.fire_retention_days),

@@ -26,6 +26,7 @@ from timers.core.errors import (
     FieldError,
     IdempotencyConflict,
     InvalidInput,
+    InvalidState,
     NotFound,
 )
 from timers.core.schedule import Misfire, Plan, Schedule, preview
@@ -35,6 +36,7 @@ from timers.core.views import fire_view, timer_view
 from timers.core.webhooks import Webhook, validate_target
 from timers.engine.changes import Changes
 from timers.engine.entries import entry_ref, partition_for, resolved
+from timers.engine.extra import Extras, merge
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,7 @@ class TimerService:
     idempotency: IdempotencyStore
     clock: Clock
     allow_loopback_targets: bool = False  # the local stack only (TIMERS_ALLOW_LOOPBACK_TARGETS)
+    extras: Extras | None = None  # run now (None: extra fires neither run nor listed)
 
     @property
     def timers(self) -> Any:
@@ -268,22 +271,43 @@ class TimerService:
     def fire_history(
         self, tenant: Tenant, timer_id: str, limit: int, cursor: str | None
     ) -> dict[str, Any]:
-        """Newest first, from the fire log: the timer is found for this tenant first."""
+        """Newest first, from the fire log: the timer's chain back along ``pv``, merged with
+        its extra fires (run now). The timer is found for this tenant first. A cursor holds
+        where the chain goes on and the position extra fires must be below."""
         timer, at = self.changes.current(self._load(tenant, timer_id))
         scope = f"fires:{timer_id}"
         before = decode_cursor(cursor, tenant, scope)
         newest = at.pos if at.pending is not None else timer.last_fire_pos
-        start = int(before) if before is not None else newest
-        fires, more = self.changes.fires(timer, start, limit)
+        start, below = _history_cursor(before) if before is not None else (newest, None)
+        chain, more = self.changes.fires(timer, start, limit) if start is not None else ([], None)
+        extras, floor = (
+            self.extras.fires(timer, below, limit)
+            if self.extras is not None and below != 0
+            else ([], None)
+        )
+        fires, chain_next, extras_below = merge(chain, more, extras, floor, limit)
         refs = {pos: entry_ref(timer.partition, timer.id, pos) for pos, e in fires if e.hook}
         records = self.deliveries.read_deliveries(refs.values()) if refs else {}
+        go_on = None
+        if chain_next is not None or extras_below:
+            go_on = f"{'' if chain_next is None else chain_next}|{extras_below}"
         return {
             "items": [
                 fire_view(timer.id, pos, entry, records.get(refs[pos]) if pos in refs else None)
                 for pos, entry in fires
             ],
-            "next_cursor": encode_cursor(None if more is None else str(more), tenant, scope),
+            "next_cursor": encode_cursor(go_on, tenant, scope),
         }
+
+    def run_now(self, tenant: Tenant, timer_id: str) -> dict[str, Any]:
+        """One extra fire now, besides the schedule: its own fire id, claimed like any fire,
+        not counted toward max_fires, whatever the timer's status (timers.engine.extra)."""
+        if self.extras is None:
+            raise InvalidState("run now is not available here")
+        stored = self._load(tenant, timer_id)
+        _, cursor = self.changes.current(stored)
+        pos, entry = self.extras.run(stored, cursor.pos)
+        return fire_view(stored.id, pos, entry)  # an HTTP target's: on the delivery queue
 
     def preview(self, plan: Plan, count: int) -> dict[str, Any]:
         return {"fire_times": [format_ms(ms) for ms in preview(plan, count)]}
@@ -355,6 +379,18 @@ def _fingerprint(specs: Sequence[TimerSpec], single: bool) -> str:
 # ---------------------------------------------------------------- cursors
 # Opaque to clients; bound to the tenant and the listing they came from, so one tenant's
 # cursor is rejected for another (even though each query is already scoped to its tenant).
+
+
+def _history_cursor(position: str) -> tuple[int | None, int | None]:
+    """(where the chain goes on, the position extra fires are below) of a history cursor;
+    a cursor of before extra fires is the chain's position alone."""
+    try:
+        chain, _, below = position.partition("|")
+        return (int(chain) if chain else None), (int(below) if below else None)
+    except ValueError:
+        raise InvalidInput(
+            "invalid cursor", [FieldError("cursor", "not a cursor this listing returned")]
+        ) from None
 
 
 def encode_cursor(position: str | None, tenant: Tenant, scope: str) -> str | None:

@@ -115,3 +115,23 @@ def redeliver_fire(timer_id: str, fire_id: str) -> Response[m.FailedFireOut]:
 )
 def redeliver_fires(timer_id: str) -> Response[m.FailedFireBatchOut]:
     return json_response(HTTPStatus.ACCEPTED, runtime().failures.redeliver_all(tenant(), timer_id))
+
+
+@router.post(
+    "/v1/timers/<timer_id>/run",
+    tags=[TAG],
+    responses={
+        **ok(
+            202,
+            "Fired once now, besides the schedule: its own fire id `<timer id>:<now epoch ms>`, "
+            "enqueued (on the target queue, or the delivery queue for an HTTP target) before "
+            "the answer; claimed like any fire, so it is sent once; it does not move "
+            "`next_fire_at` nor count toward `max_fires`, and shows in the timer's fires",
+            m.FireOut,
+        ),
+        **errors(*ONE_TIMER, 409),
+    },
+    summary="Run now: one extra fire, whatever the timer's status",
+)
+def run_timer(timer_id: str) -> Response[m.FireOut]:
+    return json_response(HTTPStatus.ACCEPTED, runtime().service.run_now(tenant(), timer_id))

@@ -1,0 +1,182 @@
+"""Run now: one extra fire of a timer, besides its schedule, through the fire log.
+
+An extra fire is a position of its own, ``now`` (a millisecond no plan occurrence and no
+cursor of the timer holds: moved on by 1 ms while one does), outside the timer's chain: the
+api claims its entry with the conditional write every fire takes (a fire id is claimed once),
+lists the position in the timer's *extra fires* item, sends the callback with the trigger's
+sender (the same body, attributes and FIFO deduplication id) and records the outcome, as a
+trigger run does. Walks never read it (they search the plan's positions), so it neither moves
+``next_fire_at`` nor counts toward ``max_fires``; the fire history merges it in from the
+listing.
+
+The listing ``x/<partition>/<timer id>`` (claims table) holds the positions (a number set,
+the newest EXTRA_KEPT) and expires with the newest entry it names. What is lost if it vanishes:
+the extra fires drop out of the history (their entries stay until their TTL).
+
+An api that dies between the claim and the record leaves the entry pending (lapsed after
+EXTRA_CLAIM_MS): maybe sent, maybe not - the request got no answer, and a retry is a new fire.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from botocore.exceptions import ClientError
+
+from timers.core.errors import ConcurrentUpdate
+from timers.core.schedule import first_fire, is_recurring, next_fire
+from timers.core.timer import Timer
+from timers.engine.entries import Entry, EntryRef, entry_ref
+from timers.engine.log import TTL, TTL_MARGIN_S, FireLog
+from timers.sending import Delivery, Sender, SqsPort
+
+EXTRA_CLAIM_MS = 15_000
+"""The api's claim of an extra fire holds this long: beyond its request's timeout (10 s)."""
+EXTRA_KEPT = 100
+"""Extra fires a timer's listing names (the newest): what its history shows of them."""
+CLAIM_TRIES = 20  # milliseconds tried for a position nobody holds (another extra in the same)
+POSITIONS = "ps"
+
+
+def extra_key(partition: int, timer_id: str) -> str:
+    return f"x/{partition}/{timer_id}"
+
+
+def occurs_at(timer: Timer, pos: int) -> bool:
+    """Whether ``pos`` is an occurrence of the timer's plan (where its chain may claim)."""
+    if is_recurring(timer.schedule):
+        return next_fire(timer.plan, pos - 1) == pos
+    return first_fire(timer.plan) == pos
+
+
+@dataclass
+class Extras:
+    """Extra fires: run one now, list a timer's."""
+
+    log: FireLog
+    clock: Callable[[], int]
+    sqs: Callable[[], SqsPort]  # built on first use (the api's cold start needs no SQS)
+    delivery_queue_url: str = ""
+    retention_ms: int = 0
+    sleep: Callable[[float], None] = time.sleep
+    new_owner: Callable[[], str] = field(default=lambda: "api-" + uuid.uuid4().hex[:12])
+
+    def run(self, timer: Timer, cursor_pos: int | None) -> tuple[int, Entry]:
+        """Fire ``timer`` (the stored one: its current target and payload) once now; returns
+        the position and its recorded entry (sent, or failed with the reason)."""
+        owner = self.new_owner()
+        pos, ref, entry = self._claim(timer, cursor_pos, owner)
+        self._list(timer, pos)
+        while self.clock() < pos:  # never early: the position may be a few ms ahead
+            self.sleep((pos - self.clock()) / 1000)
+        delivery = Delivery(timer, pos, ref=ref)
+        sender = Sender(
+            sqs=self.sqs(),
+            clock=self.clock,
+            sleep=self.sleep,
+            may_attempt=lambda _: True,  # the api's own timeout bounds it
+            delivery_queue_url=self.delivery_queue_url,
+        )
+        sender.send([delivery])
+        done = replace(
+            entry,
+            state="d" if delivery.enqueued_ms is not None else "f",
+            owner=None,
+            until=None,
+            enqueued=delivery.enqueued_ms if delivery.enqueued_ms is not None else self.clock(),
+            reason=None if delivery.enqueued_ms is not None else delivery.failure or "not sent",
+            hook=timer.webhook is not None,
+        )
+        if not self.log.record(ref[0], owner, {ref[1]: done}):
+            raise ConcurrentUpdate("the extra fire's claim was taken meanwhile")
+        return pos, done
+
+    def _claim(
+        self, timer: Timer, cursor_pos: int | None, owner: str
+    ) -> tuple[int, EntryRef, Entry]:
+        now = self.clock()
+        pos = now
+        for _ in range(CLAIM_TRIES):
+            while pos == cursor_pos or occurs_at(timer, pos):
+                pos += 1
+            root = entry_ref(timer.partition, timer.id, pos)
+            at = self.log.locate([root], consistent=True, learn=True)[root]
+            if at.entry is not None:  # another extra fire of this millisecond
+                pos += 1
+                continue
+            if at.count >= self.log.cap:
+                self.log.seal(at.key)
+                continue
+            entry = Entry("p", timer.rev, owner=owner, until=now + EXTRA_CLAIM_MS, end=True)
+            if self.log.claim(at.key, {root[1]: entry}):
+                return pos, (at.key, root[1]), entry
+        raise ConcurrentUpdate("no free position for an extra fire; retry")
+
+    def _list(self, timer: Timer, pos: int) -> None:
+        """Name the position in the timer's listing (before the send: the history shows a
+        fire that was sent), keeping the newest EXTRA_KEPT."""
+        key = {"k": {"S": extra_key(timer.partition, timer.id)}}
+        ttl = (pos + self.retention_ms) // 1000 + TTL_MARGIN_S
+        got = self.log.client.update_item(
+            TableName=self.log.table,
+            Key=key,
+            UpdateExpression=f"ADD #p :p SET {TTL} = :ttl",
+            ExpressionAttributeNames={"#p": POSITIONS},
+            ExpressionAttributeValues={":p": {"NS": [str(pos)]}, ":ttl": {"N": str(ttl)}},
+            ReturnValues="UPDATED_NEW",
+        )
+        listed = sorted(int(p) for p in got.get("Attributes", {}).get(POSITIONS, {}).get("NS", []))
+        if len(listed) > EXTRA_KEPT:
+            dropped = [str(p) for p in listed[: len(listed) - EXTRA_KEPT]]
+            with contextlib.suppress(ClientError):  # else the next extra fire trims it
+                self.log.client.update_item(
+                    TableName=self.log.table,
+                    Key=key,
+                    UpdateExpression="DELETE #p :old",
+                    ExpressionAttributeNames={"#p": POSITIONS},
+                    ExpressionAttributeValues={":old": {"NS": dropped}},
+                )
+
+    def listed(self, timer: Timer) -> list[int]:
+        """The positions of the timer's extra fires, newest first."""
+        got = self.log.client.get_item(
+            TableName=self.log.table, Key={"k": {"S": extra_key(timer.partition, timer.id)}}
+        ).get("Item", {})
+        return sorted((int(p) for p in got.get(POSITIONS, {}).get("NS", [])), reverse=True)
+
+    def fires(
+        self, timer: Timer, below: int | None, limit: int
+    ) -> tuple[list[tuple[int, Entry]], int | None]:
+        """Up to ``limit`` extra fires before ``below`` (None: all), newest first; and the
+        lowest position read if older ones are listed (None: no more)."""
+        positions = [p for p in self.listed(timer) if below is None or p < below]
+        wanted = positions[:limit]
+        refs = {p: entry_ref(timer.partition, timer.id, p) for p in wanted}
+        found = self.log.read(refs.values()) if refs else {}
+        fires = [(p, e) for p in wanted if (e := found.get(refs[p])) is not None]
+        return fires, wanted[-1] if len(positions) > limit else None
+
+
+def merge(
+    chain: Sequence[tuple[int, Entry]],
+    chain_more: int | None,
+    extras: Sequence[tuple[int, Entry]],
+    extras_floor: int | None,
+    limit: int,
+) -> tuple[list[tuple[int, Entry]], int | None, int]:
+    """A page of the history: the newest ``limit`` of a page of chain fires and one of extra
+    fires (each newest first); and where the next page goes on - the chain's next position
+    (the first of its fires not shown, else ``chain_more``; None: done) and the position extra
+    fires must be below (0: none left)."""
+    page = sorted([*chain, *extras], key=lambda f: -f[0])[:limit]
+    shown = {pos for pos, _ in page}
+    unshown = [pos for pos, _ in chain if pos not in shown]
+    chain_next = unshown[0] if unshown else chain_more
+    # every extra fire above the page's last one is shown
+    unshown_extras = any(pos not in shown for pos, _ in extras)
+    extras_below = page[-1][0] if unshown_extras else extras_floor or 0
+    return page, chain_next, extras_below
