@@ -34,7 +34,7 @@ from timers_client.models import Timer
 
 BATCH = 100  # the batch endpoint's limit
 CREATE_FIELDS = ("name", "schedule", "start_at", "end_at", "max_fires", "target", "payload",
-                 "misfire")  # fmt: skip
+                 "misfire", "retry")  # fmt: skip
 EXPORT_ONLY = ("id", "status", "fire_count")
 _INDEX = re.compile(r"timers\[(\d+)\]\.?(.*)")
 

@@ -41,6 +41,14 @@ _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 
 
+def whole_seconds(text: str) -> int:
+    """A duration (``90s``, ``2h``) in whole seconds."""
+    seconds = duration(text)
+    if seconds != int(seconds):
+        raise argparse.ArgumentTypeError("expected whole seconds")
+    return int(seconds)
+
+
 def duration(text: str) -> float:
     """Seconds of ``30``, ``30s``, ``1.5s``, ``250ms``, ``5m``, ``1h30m``, ``2d``."""
     text = text.strip().lower()
@@ -177,10 +185,12 @@ def cmd_create(client: Client, args: argparse.Namespace) -> Any:
     target = {"queue_url": args.queue_url} if args.queue_url else None
     if args.url:
         target = {"url": args.url, **({"headers": dict(args.header)} if args.header else {})}
+    retry = {k: v for k, v in (("max_attempts", args.retry_attempts),
+             ("max_age_seconds", args.retry_max_age)) if v is not None}  # fmt: skip
     timer = client.create(
         _schedule(args), name=args.name, start_at=args.start, end_at=args.end,
         max_fires=args.max_fires, target=target, payload=args.payload, misfire=args.misfire,
-        idempotency_key=args.idempotency_key,
+        retry=retry or None, idempotency_key=args.idempotency_key,
     )  # fmt: skip
     return timer, lambda: show_timer(timer)
 
@@ -468,6 +478,11 @@ def parser() -> argparse.ArgumentParser:
     where.add_argument("--url", help="HTTP target: POST there, signed (Standard Webhooks)")
     create.add_argument("--header", type=header_value, action="append",
                         help="with --url: 'Name: value', repeatable")  # fmt: skip
+    create.add_argument("--retry-attempts", type=int, metavar="N",
+                        help="an HTTP fire is POSTed at most N times (1..100)")  # fmt: skip
+    create.add_argument("--retry-max-age", type=whole_seconds, metavar="DURATION",
+                        help="an HTTP fire is retried until this long after its due time "
+                        "(60s..24h)")  # fmt: skip
     create.add_argument("--idempotency-key")
     create.set_defaults(run=cmd_create)
 

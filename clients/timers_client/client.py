@@ -49,11 +49,31 @@ OPERATIONS: dict[str, tuple[str, str]] = {
 REQUEST_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "create": (
         "TimerCreate",
-        ("name", "schedule", "start_at", "end_at", "max_fires", "target", "payload", "misfire"),
+        (
+            "name",
+            "schedule",
+            "start_at",
+            "end_at",
+            "max_fires",
+            "target",
+            "payload",
+            "misfire",
+            "retry",
+        ),
     ),
     "patch": (
         "TimerPatch",
-        ("name", "schedule", "start_at", "end_at", "max_fires", "target", "payload", "misfire"),
+        (
+            "name",
+            "schedule",
+            "start_at",
+            "end_at",
+            "max_fires",
+            "target",
+            "payload",
+            "misfire",
+            "retry",
+        ),
     ),
     "preview": ("PreviewIn", ("schedule", "start_at", "end_at", "max_fires", "count")),
 }
@@ -211,13 +231,16 @@ class Client:
         target: dict[str, Any] | None = None,
         payload: Any = None,
         misfire: str | None = None,
+        retry: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
     ) -> Timer:
         """Create a timer. The same ``idempotency_key`` and body within 24 h give back the
-        first timer and create nothing, so a create can be retried safely."""
+        first timer and create nothing, so a create can be retried safely. ``retry``:
+        ``{"max_attempts": 1..100, "max_age_seconds": 60..86400}`` (either optional) bounds
+        how long an HTTP fire is retried."""
         body = _body(
             schedule=schedule, name=name, start_at=start_at, end_at=end_at, max_fires=max_fires,
-            target=target, payload=payload, misfire=misfire,
+            target=target, payload=payload, misfire=misfire, retry=retry,
         )  # fmt: skip
         return Timer.from_json(self._call("POST", "/timers", body, idempotency_key))
 
@@ -254,12 +277,14 @@ class Client:
         target: dict[str, Any] | None = _UNSET,
         payload: Any = _UNSET,
         misfire: str = _UNSET,
+        retry: dict[str, Any] | None = _UNSET,
     ) -> Timer:
         """Change the arguments given (None clears an optional field); the next fire is
         recomputed."""
         given = {
             "name": name, "schedule": schedule, "start_at": start_at, "end_at": end_at,
             "max_fires": max_fires, "target": target, "payload": payload, "misfire": misfire,
+            "retry": retry,
         }  # fmt: skip
         body = {
             k: (_rfc3339(v) if isinstance(v, datetime) else v)

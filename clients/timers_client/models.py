@@ -33,6 +33,7 @@ class Timer:
     created_at: str
     updated_at: str
     expires_at: str | None = None
+    retry: dict[str, Any] | None = None  # {"max_attempts", "max_age_seconds"}; None: default
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Timer:

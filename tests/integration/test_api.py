@@ -19,6 +19,7 @@ from tests.support.clock import T0, FakeClock
 from tests.support.real_parts import RedisTarget
 from timers.adapters import tenants
 from timers.core.times import format_ms
+from timers.core.webhooks import RetryPolicy
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 AT = format_ms(T0 + 3_600_000)  # an hour from the test clock's now
@@ -500,6 +501,51 @@ def test_only_registered_queues_may_be_targeted(api: Api) -> None:
     # another tenant's callback queue is never a valid target
     theirs = bad(target={"queue_url": api.queues["globex"]})
     assert api.call("POST", "/v1/timers", body=theirs).status == 400
+
+
+# ---------------------------------------------------------------- retry policy
+
+
+def test_a_retry_policy_is_stored_echoed_and_changed_by_patch(api: Api) -> None:
+    timer = api.create(
+        schedule={"type": "every", "seconds": 60},
+        target={"url": "https://example.com/hook"},
+        retry={"max_attempts": 3, "max_age_seconds": 600},
+    )
+    assert timer["retry"] == {"max_attempts": 3, "max_age_seconds": 600}
+    assert api.call("GET", f"/v1/timers/{timer['id']}").body["retry"] == timer["retry"]
+    assert stored(api, timer["id"]).retry == RetryPolicy(3, 600)
+    patched = api.call("PATCH", f"/v1/timers/{timer['id']}", body={"retry": {"max_attempts": 1}})
+    assert patched.body["retry"] == {"max_attempts": 1, "max_age_seconds": None}
+    cleared = api.call("PATCH", f"/v1/timers/{timer['id']}", body={"retry": None})
+    assert cleared.body["retry"] is None  # the default: no cap, 24 h
+    plain = api.create(schedule={"type": "after", "seconds": 30})
+    assert plain["retry"] is None
+
+
+@pytest.mark.parametrize(
+    ("retry", "field"),
+    [
+        ({"max_attempts": 0}, "retry.max_attempts"),
+        ({"max_attempts": 101}, "retry.max_attempts"),
+        ({"max_attempts": 2.5}, "retry.max_attempts"),
+        ({"max_age_seconds": 59}, "retry.max_age_seconds"),
+        ({"max_age_seconds": 86_401}, "retry.max_age_seconds"),
+        ({"max_tries": 3}, "retry.max_tries"),
+    ],
+)
+def test_a_bad_retry_policy_is_400_naming_it_and_changes_nothing(
+    api: Api, retry: dict[str, Any], field: str
+) -> None:
+    body = {"schedule": {"type": "after", "seconds": 30}, "retry": retry}
+    reply = api.call("POST", "/v1/timers", body=body)
+    assert (reply.status, reply.error_code) == (400, "validation_error")
+    assert reply.error_fields == {field}, reply.body
+    assert timer_count(api) == 0
+    timer = api.create(schedule={"type": "after", "seconds": 30}, retry={"max_attempts": 5})
+    reply = api.call("PATCH", f"/v1/timers/{timer['id']}", body={"retry": retry})
+    assert (reply.status, reply.error_code) == (400, "validation_error")
+    assert api.call("GET", f"/v1/timers/{timer['id']}").body == timer
 
 
 # ---------------------------------------------------------------- idempotency

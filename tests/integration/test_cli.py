@@ -203,6 +203,17 @@ def test_run_fires_a_timer_once_now_and_says_so(
     assert code == 1 and "tmr_nope" in err
 
 
+def test_create_takes_a_retry_policy(api: Api, capsys: pytest.CaptureFixture[str]) -> None:
+    made = as_json(timers(api, capsys, "--json", "create", "--in", "30s", "--url",
+                          "https://example.com/h", "--retry-attempts", "3",
+                          "--retry-max-age", "10m"))  # fmt: skip
+    assert made["retry"] == {"max_attempts": 3, "max_age_seconds": 600}
+    code, _, err = timers(api, capsys, "create", "--in", "30s", "--retry-attempts", "0")
+    assert code == 1 and "retry.max_attempts" in err
+    code, _, err = timers(api, capsys, "create", "--in", "30s", "--retry-max-age", "1.5s")
+    assert code == 2 and "whole seconds" in err
+
+
 def test_a_payload_comes_from_a_file_or_standard_input(
     api: Api, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

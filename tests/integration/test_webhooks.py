@@ -280,6 +280,26 @@ def test_a_failed_fire_keeps_the_start_of_the_answer_and_never_the_request_heade
     assert "s3cret" not in json.dumps(stored)  # the request's headers are not kept
 
 
+def test_a_retry_policy_ends_the_fire_failed_at_max_attempts_with_no_further_post(
+    delivery: Delivery,
+) -> None:
+    d, server = delivery, delivery.server
+    url = server.on("/down", 503)
+    timer_id = d.fire(url, retry={"max_attempts": 2})
+    messages = d.receive()
+    policy = json.loads(messages[0]["MessageAttributes"]["retry"]["StringValue"])
+    assert policy == {"max_attempts": 2, "max_age_seconds": None}
+    assert d.handle(messages) == [messages[0]["MessageId"]]  # the first 503: retried
+    d.make_visible(messages)
+    assert d.handle(d.receive()) == []  # the second: the last one allowed, failed
+    (fire,) = d.history(timer_id)
+    assert (fire["status"], fire["attempts"]) == ("failed", 2)
+    assert fire["reason"] == "gave up after 2 attempts (max_attempts): http 503"
+    assert fire["last_error"]["status"] == 503
+    assert len(server.at("/down")) == 2 and d.receive() == []
+    assert len(d.dead_letters()) == 1
+
+
 def test_run_now_of_an_http_target_is_posted_by_the_delivery_function(
     delivery: Delivery,
 ) -> None:

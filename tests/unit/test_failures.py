@@ -64,7 +64,7 @@ def test_a_redelivered_message_starts_over_its_deferrals_and_carries_its_stamp()
 
 def test_a_reopened_record_keeps_its_attempts_and_counts_its_budget_from_the_redelivery() -> None:
     failed = DeliveryState(41, 10, 20, 503, None, failed="gave up", failed_ms=30)
-    assert failed.reopened(40) == DeliveryState(41, 40, 20, 503)
+    assert failed.reopened(40) == DeliveryState(41, 40, 20, 503, base_attempts=41)
     assert not failed.reopened(40).settled
     assert failed.redelivered_since(31) and not failed.redelivered_since(30)
     assert not failed.redelivered_since(None)

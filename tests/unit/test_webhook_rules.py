@@ -28,6 +28,7 @@ from timers.core.webhooks import (
     RETRY_FOR_MS,
     Attempt,
     DeliveryState,
+    RetryPolicy,
     Webhook,
     address_allowed,
     backoff_s,
@@ -742,7 +743,7 @@ def test_a_redelivered_message_reopens_a_failure_from_before_its_redelivery_only
     stamped = Message("m2", "rh", plain.body, {**plain.attributes, REDELIVERED: "40"})
     assert deliver(stamped, d).verdict == "delivered"
     assert replace(records.states[ref], last_latency_ms=None) == DeliveryState(
-        3, 40, d.clock(), 200, last_body="ok", delivered_ms=d.clock()
+        3, 40, d.clock(), 200, last_body="ok", delivered_ms=d.clock(), base_attempts=2
     )  # the budget counted from the redelivery (first_ms 40), the attempts went on
     records.states[ref] = DeliveryState(3, 40, 50, 400, failed="http 400", failed_ms=50)
     assert deliver(stamped, d).verdict == "duplicate"  # failed after its redelivery
@@ -786,3 +787,88 @@ def test_the_sample_event_is_what_the_handler_reads(
     answer = app.handler(event, LambdaContext(function_name="delivery"))
     assert answer == {"batchItemFailures": [{"itemIdentifier": message.message_id}]}
     assert visibility == [2]  # the first retry's backoff, jitter 0: 2.5 s rounded
+
+
+# ---------------------------------------------------------------- a timer's retry policy
+
+
+def with_retry(m: Message, **policy: int) -> Message:
+    """The message as the trigger sends it for a timer with ``retry``."""
+    return replace(m, attributes={**m.attributes, "retry": json.dumps(policy)})
+
+
+@pytest.mark.parametrize(
+    ("policy", "errors"),
+    [
+        (RetryPolicy(0), {"retry.max_attempts"}),
+        (RetryPolicy(101), {"retry.max_attempts"}),
+        (RetryPolicy(None, 59), {"retry.max_age_seconds"}),
+        (RetryPolicy(None, 86_401), {"retry.max_age_seconds"}),
+        (RetryPolicy(1, 60), set()),
+        (RetryPolicy(100, 86_400), set()),
+    ],
+)
+def test_a_retry_policys_bounds(policy: RetryPolicy, errors: set[str]) -> None:
+    assert {e.field for e in policy.errors()} == errors
+
+
+def test_max_attempts_ends_the_fire_failed_with_no_further_post(
+    server: WebhookServer, deps: tuple[DeliveryDeps, Any]
+) -> None:
+    d, dead = deps
+    down = with_retry(message(server.on("/down", 503)), max_attempts=2)
+    first = deliver(down, d)
+    assert first.verdict == "retry"
+    second = deliver(down, d)  # the second POST is the last one
+    assert (second.verdict, second.reason) == (
+        "failed", "gave up after 2 attempts (max_attempts): http 503"
+    )  # fmt: skip
+    assert len(server.at("/down")) == 2
+    assert [reason for _, reason in dead] == [second.reason]
+    state = d.records.read_delivery(("7/1", "tmr_a@000"))
+    assert state is not None and state.failed == second.reason and state.attempts == 2
+    assert deliver(down, d).verdict == "duplicate" and len(server.at("/down")) == 2
+
+
+def test_max_age_counts_from_the_due_time_and_fails_a_waiting_fire_without_a_post(
+    server: WebhookServer, deps: tuple[DeliveryDeps, Any]
+) -> None:
+    d, dead = deps
+    now = [1_000 + 30_000]  # the fire (due at 1000) is 30 s late already
+    d.clock = lambda: now[0]
+    down = with_retry(message(server.on("/down", 503)), max_age_seconds=60)
+    first = deliver(down, d)
+    assert first.verdict == "retry"
+    assert first.retry_in_s is not None and first.retry_in_s <= 30  # back by the deadline
+    now[0] = 1_000 + 60_000  # its age is spent: no further POST
+    second = deliver(down, d)
+    assert (second.verdict, second.reason) == (
+        "failed", "gave up after 1 attempts (max_age): http 503"
+    )  # fmt: skip
+    assert len(server.at("/down")) == 1
+    assert dead[-1][1] == second.reason
+
+
+def test_without_a_policy_the_default_budget_still_applies(
+    server: WebhookServer, deps: tuple[DeliveryDeps, Any]
+) -> None:
+    d, _ = deps
+    down = message(server.on("/down", 503))
+    for _ in range(5):
+        assert deliver(down, d).verdict == "retry"  # no attempt cap by default
+    assert len(server.at("/down")) == 5
+
+
+def test_a_redelivery_gives_the_policy_a_new_budget(
+    server: WebhookServer, deps: tuple[DeliveryDeps, Any]
+) -> None:
+    d, _ = deps
+    now = [5_000]
+    d.clock = lambda: now[0]
+    down = with_retry(message(server.on("/down", 503)), max_attempts=1)
+    assert deliver(down, d).verdict == "failed"  # one POST, then the cap
+    now[0] = 9_000
+    again = replace(down, attributes={**down.attributes, REDELIVERED: "8000"})
+    got = deliver(again, d)
+    assert got.verdict == "failed" and "(max_attempts)" in (got.reason or "")
+    assert len(server.at("/down")) == 2  # the redelivery's own one POST

@@ -33,6 +33,7 @@ own messages.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -49,6 +50,7 @@ from timers.core.webhooks import (
     RETRY_FOR_MS,
     Attempt,
     DeliveryState,
+    RetryPolicy,
     Webhook,
     gives_up,
     retry_wait_s,
@@ -174,6 +176,27 @@ class Ready:
     fire: str
     before: DeliveryState | None
     state: DeliveryState
+    policy: RetryPolicy | None = None  # the timer's ``retry`` (None: the default budget)
+
+    def budget_from(self, now_ms: int) -> int:
+        """Where a policy's age counts from: the fire's redelivery, else its due time."""
+        return redelivered_at(self.message.attributes) or fire_due_ms(self.fire) or now_ms
+
+    def spent(self, state: DeliveryState, now_ms: int, retry_for_ms: int) -> str | None:
+        """Why the timer's retry policy allows no further POST (None: it does, or none)."""
+        if self.policy is None:
+            return None
+        return self.policy.spent(
+            state.budget_attempts, self.budget_from(now_ms), state.first_ms, now_ms, retry_for_ms
+        )
+
+
+def _policy(message: Message) -> RetryPolicy | None:
+    try:
+        policy = RetryPolicy.from_json(message.attributes.get("retry"))
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return policy if policy is not None and not policy.errors() else None
 
 
 def check(message: Message, deps: DeliveryDeps) -> Outcome | Ready:
@@ -198,14 +221,21 @@ def check(message: Message, deps: DeliveryDeps) -> Outcome | Ready:
         if current.failed is not None:
             _record_failure(message, current, deps)
         return Outcome("duplicate")
-    return Ready(message, ref, target, tenant, fire, before, current or DeliveryState())
+    return Ready(
+        message, ref, target, tenant, fire, before, current or DeliveryState(), _policy(message)
+    )
 
 
 def no_slot(ready: Ready, deps: DeliveryDeps) -> Outcome:
     """The caps are reached: sent again with a growing delay, or failed once it has waited
     as long as a fire is retried."""
     state, now = ready.state, deps.clock()
-    if not gives_up(state.first_ms or fire_due_ms(ready.fire) or now, now, deps.retry_for_ms):
+    if ready.policy is not None:
+        waited_out = ready.spent(state, now, deps.retry_for_ms) is not None
+    else:
+        waited_out = gives_up(state.first_ms or fire_due_ms(ready.fire) or now, now,
+                              deps.retry_for_ms)  # fmt: skip
+    if not waited_out:
         delay = defer_wait_s(deferrals(ready.message), deps.jitter())
         deps.requeue(ready.message, delay)  # then this copy is deleted: a fresh receive count
         return Outcome("deferred", reason=f"back in {delay} s")
@@ -220,21 +250,34 @@ def no_slot(ready: Ready, deps: DeliveryDeps) -> Outcome:
 def post(ready: Ready, deps: DeliveryDeps) -> Outcome:
     """POST it (under a slot the caller holds), count the attempt, decide what comes next."""
     message, ref, state = ready.message, ready.ref, ready.state
+    if (why := ready.spent(state, deps.clock(), deps.retry_for_ms)) is not None:
+        return _spent(ready, why, deps)  # the timer's retry policy: no further POST
     attempt = _attempt(message, ready.target, ready.tenant, ready.fire, deps)
     now = deps.clock()
     after = state.after(attempt, now)
     result = verdict(attempt)
     outcome: Outcome
+    why = None
+    if result == "retry":
+        why = ready.spent(after, now, deps.retry_for_ms)
+        if ready.policy is None and gives_up(after.first_ms or now, now, deps.retry_for_ms):
+            why = "max_age"
     if result == "delivered":
         after = replace(after, delivered_ms=now)
         outcome = Outcome("delivered")
-    elif result == "retry" and not gives_up(after.first_ms or now, now, deps.retry_for_ms):
+    elif result == "retry" and why is None:
         wait = retry_wait_s(after.attempts, deps.jitter(), attempt.retry_after_s)
-        outcome = Outcome("retry", retry_in_s=max(1, round(wait)), reason=attempt.label)
+        seconds = max(1, round(wait))
+        deadline = ready.policy.deadline_ms(ready.budget_from(now)) if ready.policy else None
+        if deadline is not None and deadline - now < seconds * 1000:
+            seconds = max(1, math.ceil((deadline - now) / 1000))  # back by then, to fail unsent
+        outcome = Outcome("retry", retry_in_s=seconds, reason=attempt.label)
     else:
         reason = attempt.label
         if result == "retry":
             reason = f"gave up after {after.attempts} attempts: {attempt.label}"
+            if ready.policy is not None:
+                reason = f"gave up after {after.attempts} attempts ({why}): {attempt.label}"
         after = _failed(after, reason, message, now)
         outcome = Outcome("failed", reason=reason)
     if not deps.records.write_delivery(ref, after, ready.before):
@@ -249,6 +292,19 @@ def post(ready: Ready, deps: DeliveryDeps) -> Outcome:
     if outcome.verdict == "failed":
         deps.dead_letter(message, outcome.reason or "failed")
     return outcome
+
+
+def _spent(ready: Ready, why: str, deps: DeliveryDeps) -> Outcome:
+    """The retry policy's budget ran out while the message waited: failed, with no POST."""
+    state, now = ready.state, deps.clock()
+    last = f": http {state.last_status}" if state.last_status is not None else (
+        f": {state.last_error}" if state.last_error else "")  # fmt: skip
+    reason = f"gave up after {state.attempts} attempts ({why}){last}"
+    failed = _failed(state, reason, ready.message, now)
+    if deps.records.write_delivery(ready.ref, failed, ready.before):
+        _record_failure(ready.message, failed, deps)
+    deps.dead_letter(ready.message, reason)
+    return Outcome("failed", reason=reason)
 
 
 def _failed(state: DeliveryState, reason: str, message: Message, now_ms: int) -> DeliveryState:

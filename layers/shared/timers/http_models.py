@@ -15,7 +15,7 @@ from timers.core.errors import FieldError, InvalidInput
 from timers.core.schedule import Plan
 from timers.core.timer import serialize_payload
 from timers.core.times import parse_ms
-from timers.core.webhooks import STORED_HEADERS, masked_headers
+from timers.core.webhooks import STORED_HEADERS, RetryPolicy, masked_headers
 from timers.service import TimerSpec
 
 
@@ -89,6 +89,20 @@ class TargetIn(_Strict):
     )
 
 
+class RetryIn(_Strict):
+    """How long an HTTP fire is retried (both optional; a queue target's timer keeps it
+    too, unused). Either bound counts from the fire's due time; reached, the fire ends
+    `failed` with no further POST."""
+
+    max_attempts: Annotated[StrictInt, Field(ge=1, le=100)] | None = Field(
+        None, description="POSTs at most (1..100); default: no cap"
+    )
+    max_age_seconds: Annotated[StrictInt, Field(ge=60, le=86_400)] | None = Field(
+        None,
+        description="Seconds after the due time (60..86400); default: 86400 from the first attempt",
+    )
+
+
 class TimerCreate(_Strict):
     name: Annotated[str, Field(max_length=256)] | None = None
     schedule: ScheduleIn
@@ -98,6 +112,7 @@ class TimerCreate(_Strict):
     target: TargetIn | None = None
     payload: JsonValue = Field(None, description="Any JSON value, <= 64 KiB serialized")
     misfire: MisfireIn = "fire_once"
+    retry: RetryIn | None = None
 
 
 class TimerBatchIn(_Strict):
@@ -114,8 +129,8 @@ _KEEP: Any = Field(None, json_schema_extra=_absent)
 
 class TimerPatch(_Strict):
     """Only the fields present are changed; ``null`` clears an optional field (``name``,
-    ``start_at``, ``end_at``, ``max_fires``, ``target``, ``payload``); ``schedule`` and
-    ``misfire`` cannot be null."""
+    ``start_at``, ``end_at``, ``max_fires``, ``target``, ``payload``, ``retry``); ``schedule``
+    and ``misfire`` cannot be null."""
 
     name: Annotated[str, Field(max_length=256)] | None = None
     schedule: ScheduleIn = _KEEP
@@ -125,6 +140,7 @@ class TimerPatch(_Strict):
     target: TargetIn | None = None
     payload: JsonValue = None
     misfire: MisfireIn = _KEEP
+    retry: RetryIn | None = None
 
 
 class PreviewIn(_Strict):
@@ -193,6 +209,13 @@ class HttpTargetOut(_Out):
 TargetOut = QueueTargetOut | HttpTargetOut
 
 
+class RetryOut(_Out):
+    max_attempts: int | None = Field(description="null: no cap")
+    max_age_seconds: int | None = Field(
+        description="null: the default, 86400 s from the first attempt"
+    )
+
+
 class TimerOut(_Out):
     id: str
     name: str | None
@@ -203,6 +226,7 @@ class TimerOut(_Out):
     target: TargetOut
     payload: JsonValue
     misfire: MisfireIn
+    retry: RetryOut | None = Field(description="The retry policy as given; null: the default")
     status: TimerStatus
     next_fire_at: Timestamp | None
     fire_count: int
@@ -361,6 +385,7 @@ def to_spec(body: TimerCreate, payload_json: str) -> TimerSpec:
         target_url=body.target.url if body.target else None,
         target_headers=body.target.headers if body.target else None,
         misfire=body.misfire,
+        retry=_retry(body.retry),
     )
 
 
@@ -378,6 +403,10 @@ def to_specs(body: TimerBatchIn) -> list[TimerSpec]:
     if errors:
         raise InvalidInput("some timers of the batch are invalid; none was created", errors)
     return specs
+
+
+def _retry(body: RetryIn | None) -> RetryPolicy | None:
+    return None if body is None else RetryPolicy(body.max_attempts, body.max_age_seconds)
 
 
 _PATCH_FIELDS = {"start_at": "start_ms", "end_at": "end_ms"}
@@ -398,6 +427,8 @@ def to_changes(body: TimerPatch, payload_json: str | None) -> dict[str, Any]:
                 changes[STORED_HEADERS] = "headers" not in value.model_fields_set
         elif name == "payload":
             changes["payload_json"] = payload_json
+        elif name == "retry":
+            changes["retry"] = _retry(value)
         else:
             changes[name] = value
     return changes

@@ -234,6 +234,7 @@ def _entry(d: Delivery, index: int, fifo: bool) -> dict[str, Any]:
             ("target", d.timer.webhook.to_json()),
             ("tenant", d.timer.tenant),
             ("claim", f"{d.ref[0]} {d.ref[1]}"),
+            *([("retry", d.timer.retry.to_json())] if d.timer.retry else []),
         ):
             attributes[name] = {"DataType": "String", "StringValue": value}
     if fifo:

@@ -33,7 +33,7 @@ from timers.core.schedule import Misfire, Plan, Schedule, preview
 from timers.core.timer import Timer
 from timers.core.times import format_ms
 from timers.core.views import fire_view, timer_view
-from timers.core.webhooks import Webhook, validate_target
+from timers.core.webhooks import RetryPolicy, Webhook, validate_target
 from timers.engine.changes import Changes
 from timers.engine.entries import entry_ref, partition_for, resolved
 from timers.engine.extra import Extras, merge
@@ -62,6 +62,7 @@ class TimerSpec:
     target_url: str | None = None  # an HTTP target (then target_queue_url is None)
     target_headers: dict[str, str] | None = None
     misfire: Misfire = "fire_once"
+    retry: RetryPolicy | None = None
 
 
 @dataclass
@@ -152,6 +153,7 @@ class TimerService:
             start_ms=spec.start_ms,
             end_ms=spec.end_ms,
             max_fires=spec.max_fires,
+            retry=spec.retry,
         )
         partition = partition_for(tenant.name, timer_id, tenant.spread)
         return self.changes.with_expiry(replace(timer, rev=1, partition=partition), now)
@@ -357,7 +359,8 @@ class TimerService:
         return timer_view(resolved(timer, shown))
 
 
-_ADDED_LATER = ("target_url", "target_headers")  # left out while unset: old hashes still match
+# left out while unset: old hashes still match
+_ADDED_LATER = ("target_url", "target_headers", "retry")
 
 
 def _fields(spec: TimerSpec) -> dict[str, Any]:

@@ -23,7 +23,7 @@ FIELDS: Fields = {
     "attempts": ("a", "N"), "first_ms": ("t0", "N"), "last_ms": ("t", "N"),
     "last_status": ("ls", "N"), "last_error": ("le", "S"), "last_body": ("lb", "S"),
     "last_latency_ms": ("ll", "N"), "delivered_ms": ("dv", "N"),
-    "failed": ("x", "S"), "failed_ms": ("xt", "N"),
+    "failed": ("x", "S"), "failed_ms": ("xt", "N"), "base_attempts": ("a0", "N"),
 }  # fmt: skip
 
 

@@ -28,7 +28,7 @@ from timers.adapters.dynamodb import LowLevelClient, bound_model, failed_because
 from timers.core.errors import ConcurrentUpdate
 from timers.core.schedule import schedule_from_dict, schedule_to_dict
 from timers.core.timer import Timer
-from timers.core.webhooks import Webhook
+from timers.core.webhooks import RetryPolicy, Webhook
 
 INLINE_PAYLOAD_BYTES = 512
 """Payloads up to this size sit in the timer item (a timer item then stays within 1 KB: one
@@ -50,6 +50,7 @@ class TimerItem(Model):
     max_fires = NumberAttribute(null=True)
     target = UnicodeAttribute()  # the target queue URL (an HTTP target: its URL)
     webhook = UnicodeAttribute(null=True)  # an HTTP target: {"url", "headers"} as JSON
+    retry = UnicodeAttribute(null=True)  # the retry policy as JSON (absent: the default)
     payload = UnicodeAttribute(null=True)  # None: in the payload item
     misfire = UnicodeAttribute()
     status = UnicodeAttribute()
@@ -135,6 +136,7 @@ def to_timer(item: TimerItem, payload: str | None = None) -> Timer:
         partition=int(item.part),
         expires_ms=_ms(item.expires_at),
         owed=bool(item.owed),
+        retry=RetryPolicy.from_json(item.retry),
     )
 
 
@@ -168,6 +170,7 @@ class TimerStore(LowLevelClient):
             max_fires=timer.max_fires,
             target=timer.webhook.url if timer.webhook else timer.target_queue_url,
             webhook=timer.webhook.to_json() if timer.webhook else None,
+            retry=timer.retry.to_json() if timer.retry else None,
             payload=None if _external(timer) else timer.payload_json,
             misfire=timer.misfire,
             status=timer.status,

@@ -26,7 +26,7 @@ from timers.core.schedule import (
     next_fire,
     validate_plan,
 )
-from timers.core.webhooks import STORED_HEADERS, Webhook, keeping_stored_values
+from timers.core.webhooks import STORED_HEADERS, RetryPolicy, Webhook, keeping_stored_values
 
 Status = Literal["active", "paused", "completed"]
 STATUSES: tuple[Status, ...] = ("active", "paused", "completed")
@@ -78,6 +78,7 @@ class Timer:
     expires_ms: int | None = None  # when a completed timer is deleted (retention)
     webhook: Webhook | None = None  # an HTTP target (then target_queue_url is "")
     owed: bool = False  # a fire claimed before the last change is unsent: stay findable (R4)
+    retry: RetryPolicy | None = None  # how long an HTTP fire is retried (None: the default)
 
     @property
     def plan(self) -> Plan:
@@ -120,6 +121,11 @@ def _check_plan(plan: Plan, now_ms: int, schedule_changed: bool) -> None:
         raise InvalidInput("the timer's schedule is invalid", errors)
 
 
+def _check_retry(retry: RetryPolicy | None) -> None:
+    if retry is not None and (errors := retry.errors()):
+        raise InvalidInput("the timer's retry policy is invalid", errors)
+
+
 def _settle(timer: Timer, next_ms: int | None) -> Timer:
     """Set the cursor; a timer with nothing left to fire is completed, otherwise not completed."""
     exhausted = next_ms is None or (
@@ -150,7 +156,9 @@ def create(
     end_ms: int | None = None,
     max_fires: int | None = None,
     webhook: Webhook | None = None,
+    retry: RetryPolicy | None = None,
 ) -> Timer:
+    _check_retry(retry)
     timer = Timer(
         tenant=tenant,
         id=timer_id,
@@ -166,6 +174,7 @@ def create(
         created_ms=now_ms,
         updated_ms=now_ms,
         webhook=webhook,
+        retry=retry,
     )
     _check_plan(timer.plan, now_ms, schedule_changed=True)
     return _settle(timer, first_fire(timer.plan))
@@ -184,6 +193,8 @@ def patch(timer: Timer, changes: dict[str, Any], now_ms: int) -> Timer:
     unknown = set(changes) - {f for f in Timer.__dataclass_fields__ if f not in _READ_ONLY}
     if unknown:
         raise ValueError(f"not patchable: {sorted(unknown)}")
+    if "retry" in changes:
+        _check_retry(changes["retry"])
     schedule_changed = "schedule" in changes
     updated = replace(timer, **changes, updated_ms=now_ms)
     if schedule_changed:

@@ -32,6 +32,7 @@ def timer_view(timer: Timer) -> dict[str, Any]:
         else {"queue_url": timer.target_queue_url},
         "payload": json.loads(timer.payload_json),
         "misfire": timer.misfire,
+        "retry": timer.retry.to_dict() if timer.retry else None,
         "status": timer.status,
         "next_fire_at": _time(timer.next_fire_ms),
         "fire_count": timer.fire_count,

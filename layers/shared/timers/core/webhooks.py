@@ -19,7 +19,7 @@ import re
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from timers.core.errors import FieldError
@@ -40,6 +40,9 @@ ATTEMPT_TIMEOUT_S = 10.0
 
 RETRY_FOR_MS = 24 * 3_600_000
 """A fire is retried until its first attempt is this old (the contract: at least 24 h)."""
+RETRY_ATTEMPTS_RANGE = (1, 100)
+RETRY_AGE_RANGE_S = (60, 86_400)
+"""A timer's ``retry`` policy: ``max_attempts`` POSTs, ``max_age_seconds`` after the due time."""
 
 BACKOFF_FIRST_S = 5.0
 BACKOFF_MAX_S = 3_600.0
@@ -378,6 +381,67 @@ class Attempt:
 
 
 @dataclass(frozen=True)
+class RetryPolicy:
+    """A timer's ``retry``: how long an HTTP fire is retried. ``max_attempts`` None: no cap;
+    ``max_age_s`` None: the default budget (RETRY_FOR_MS from the first attempt). Either given
+    bound counts from the fire's due time (from its redelivery, once redelivered)."""
+
+    max_attempts: int | None = None
+    max_age_s: int | None = None
+
+    def to_dict(self) -> dict[str, int | None]:
+        """As the API echoes it: the bounds given, null for those left to the default."""
+        return {"max_attempts": self.max_attempts, "max_age_seconds": self.max_age_s}
+
+    @classmethod
+    def from_dict(cls, body: Mapping[str, Any] | None) -> RetryPolicy | None:
+        if body is None:
+            return None
+        return cls(body.get("max_attempts"), body.get("max_age_seconds"))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> RetryPolicy | None:
+        return cls.from_dict(json.loads(text)) if text else None
+
+    def errors(self, prefix: str = "retry") -> list[FieldError]:
+        out = []
+        low, high = RETRY_ATTEMPTS_RANGE
+        if self.max_attempts is not None and not low <= self.max_attempts <= high:
+            out.append(FieldError(f"{prefix}.max_attempts", f"must be {low} to {high}"))
+        low, high = RETRY_AGE_RANGE_S
+        if self.max_age_s is not None and not low <= self.max_age_s <= high:
+            out.append(FieldError(f"{prefix}.max_age_seconds", f"must be {low} to {high}"))
+        return out
+
+    def spent(
+        self,
+        attempts: int,
+        budget_from_ms: int,
+        first_ms: int | None,
+        now_ms: int,
+        default_for_ms: int = RETRY_FOR_MS,
+    ) -> str | None:
+        """Why no further POST is made (``max_attempts``, ``max_age``), or None: ``attempts``
+        made in this budget, which started at ``budget_from_ms`` (the due time, or the
+        redelivery); without an age bound, the default budget from the first attempt."""
+        if self.max_attempts is not None and attempts >= self.max_attempts:
+            return "max_attempts"
+        if self.max_age_s is not None:
+            if now_ms - budget_from_ms >= self.max_age_s * 1000:
+                return "max_age"
+        elif first_ms is not None and gives_up(first_ms, now_ms, default_for_ms):
+            return "max_age"
+        return None
+
+    def deadline_ms(self, budget_from_ms: int) -> int | None:
+        """When the age bound ends the budget (None: the default's, from the first attempt)."""
+        return None if self.max_age_s is None else budget_from_ms + self.max_age_s * 1000
+
+
+@dataclass(frozen=True)
 class DeliveryState:
     """An HTTP fire's delivery record (beside its claim entry): what the history shows."""
 
@@ -391,6 +455,12 @@ class DeliveryState:
     delivered_ms: int | None = None
     failed: str | None = None  # why delivery ended without success
     failed_ms: int | None = None  # when (it names the fire's record in the failed-fires table)
+    base_attempts: int | None = None  # attempts before its redelivery (outside its budget)
+
+    @property
+    def budget_attempts(self) -> int:
+        """Attempts of the current budget (since the redelivery, if any)."""
+        return self.attempts - (self.base_attempts or 0)
 
     @property
     def settled(self) -> bool:
@@ -408,6 +478,7 @@ class DeliveryState:
             last_error=self.last_error,
             last_body=self.last_body,
             last_latency_ms=self.last_latency_ms,
+            base_attempts=self.attempts,
         )
 
     def redelivered_since(self, redelivered_ms: int | None) -> bool:
@@ -429,6 +500,7 @@ class DeliveryState:
             last_error=attempt.error,
             last_body=attempt.body or None,  # nothing stored for an empty answer
             last_latency_ms=attempt.latency_ms,
+            base_attempts=self.base_attempts,
         )
 
     def last_attempt(self) -> dict[str, object] | None:

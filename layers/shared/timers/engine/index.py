@@ -22,7 +22,7 @@ from redis.exceptions import NoScriptError
 
 from timers.core.schedule import schedule_from_dict, schedule_to_dict
 from timers.core.timer import Timer
-from timers.core.webhooks import Webhook
+from timers.core.webhooks import RetryPolicy, Webhook
 from timers.engine import keys
 
 CHUNK = 500  # members per script call: bounds how long one call blocks Redis (and Lua's unpack)
@@ -74,6 +74,8 @@ class Card:
         }
         if t.webhook is not None:
             body["w"] = t.webhook.to_dict()
+        if t.retry is not None:
+            body["r"] = t.retry.to_dict()
         pv = "" if self.pv is None else self.pv
         text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
         return f"{t.rev}|{self.pos}|{self.n}|{pv}|{self.ckpt}|{text}"
@@ -100,6 +102,7 @@ class Card:
             partition=b["b"],
             status=b["z"],
             webhook=webhook,
+            retry=RetryPolicy.from_dict(b.get("r")),
         )
         return cls(timer, int(pos), int(n), int(pv) if pv else None, int(ckpt))
 
