@@ -30,7 +30,7 @@ from timers_client.errors import (
     UnsupportedMediaType,
     ValidationError,
 )
-from timers_client.models import FailedFire, Fire, Page, Preview, Tenant, Timer
+from timers_client.models import FailedFire, Fire, Key, Page, Preview, Tenant, Timer
 
 __all__ = [
     "OPERATIONS",
@@ -41,6 +41,7 @@ __all__ = [
     "FailedFire",
     "Fire",
     "InvalidState",
+    "Key",
     "MethodNotAllowed",
     "NotFound",
     "Page",

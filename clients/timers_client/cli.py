@@ -4,6 +4,7 @@
     timers create --cron '0 7 * * 1-5' --tz Europe/Berlin --name standup
     timers ls | timers get ID | timers fires ID | timers pause|resume|reset|rm ID
     timers run ID                    # one extra fire now, besides the schedule
+    timers keys ls | timers keys create [--label L] | timers keys revoke KEY_ID
     timers preview --every 90s --count 5
     timers failed --since 2026-11-21T00:00:00Z     # webhook fires whose delivery gave up
     timers redeliver ID [FIRE_ID]    # one failed fire again, or every failed fire of ID
@@ -200,6 +201,25 @@ def cmd_whoami(client: Client, args: argparse.Namespace) -> Any:
     return tenant, lambda: table(("TENANT", "CALLBACK QUEUE", "RETENTION DAYS"),
                                  [[tenant.tenant, tenant.callback_queue_url,
                                    tenant.retention_days]])  # fmt: skip
+
+
+KEY_HEADERS = ("KEY ID", "CREATED", "LAST USED", "LABEL")
+
+
+def cmd_keys_ls(client: Client, args: argparse.Namespace) -> Any:
+    keys = client.keys()
+    rows = [[k.key_id, k.created_at, k.last_used_at, k.label] for k in keys]
+    return {"items": keys}, lambda: table(KEY_HEADERS, rows)
+
+
+def cmd_keys_create(client: Client, args: argparse.Namespace) -> Any:
+    key = client.create_key(label=args.label)
+    return key, lambda: f"{key.api_key}\n(key {key.key_id}: the secret above is shown this once)"
+
+
+def cmd_keys_revoke(client: Client, args: argparse.Namespace) -> Any:
+    client.revoke_key(args.key_id)
+    return {"revoked": args.key_id}, lambda: f"revoked {args.key_id}"
 
 
 def cmd_ls(client: Client, args: argparse.Namespace) -> Any:
@@ -504,6 +524,21 @@ def parser() -> argparse.ArgumentParser:
         one_timer = command(name, help=text)
         one_timer.add_argument("id")
         one_timer.set_defaults(run=run)
+
+    keys = command("keys", help="the tenant's API keys: ls, create, revoke")
+    key_commands = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    keys_ls = key_commands.add_parser("ls", parents=[after_command], help="list the keys")
+    keys_ls.set_defaults(run=cmd_keys_ls)
+    keys_create = key_commands.add_parser(
+        "create", parents=[after_command], help="a new key; its secret is printed this once"
+    )
+    keys_create.add_argument("--label", help="what the key is for")
+    keys_create.set_defaults(run=cmd_keys_create)
+    keys_revoke = key_commands.add_parser(
+        "revoke", parents=[after_command], help="revoke a key (never the last one)"
+    )
+    keys_revoke.add_argument("key_id", metavar="KEY_ID")
+    keys_revoke.set_defaults(run=cmd_keys_revoke)
 
     fires = command("fires", help="a timer's fires, newest first")
     fires.add_argument("id")

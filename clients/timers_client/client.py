@@ -18,7 +18,7 @@ from urllib.parse import quote
 import httpx
 
 from timers_client.errors import ApiError, error_from
-from timers_client.models import FailedFire, Fire, Page, Preview, Tenant, Timer
+from timers_client.models import FailedFire, Fire, Key, Page, Preview, Tenant, Timer
 
 T = TypeVar("T")
 
@@ -44,6 +44,9 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "redeliver": ("POST", "/v1/timers/{timer_id}/fires/{fire_id}/redeliver"),
     "redeliver_all": ("POST", "/v1/timers/{timer_id}/fires:redeliver"),
     "preview": ("POST", "/v1/schedule-preview"),
+    "keys": ("GET", "/v1/tenant/keys"),
+    "create_key": ("POST", "/v1/tenant/keys"),
+    "revoke_key": ("DELETE", "/v1/tenant/keys/{key_id}"),
 }
 # Request bodies: SDK method -> (schema name, the method's parameters that fill it).
 REQUEST_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -76,6 +79,7 @@ REQUEST_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
         ),
     ),
     "preview": ("PreviewIn", ("schedule", "start_at", "end_at", "max_fires", "count")),
+    "create_key": ("KeyCreate", ("label",)),
 }
 
 
@@ -395,6 +399,21 @@ class Client:
         return Preview(list(self._call("POST", "/schedule-preview", body)["fire_times"]))
 
     # ------------------------------------------------------------ transport
+
+    # ------------------------------------------------------------ the tenant's own keys
+
+    def keys(self) -> builtins.list[Key]:
+        """The tenant's API keys, oldest first (never their secrets)."""
+        return [Key.from_json(k) for k in self._call("GET", "/tenant/keys")["items"]]
+
+    def create_key(self, *, label: str | None = None) -> Key:
+        """A new key (at most 10 per tenant: InvalidState); its secret, ``api_key``, is in
+        this answer only."""
+        return Key.from_json(self._call("POST", "/tenant/keys", _body(label=label)))
+
+    def revoke_key(self, key_id: str) -> None:
+        """Revoke a key: refused (401) within 1 s. Never the last one (InvalidState)."""
+        self._call("DELETE", f"/tenant/keys/{quote(key_id, safe='')}")
 
     def _call(
         self,

@@ -59,6 +59,21 @@ class Fire:
 
 
 @dataclass(frozen=True)
+class Key:
+    """One of the tenant's API keys; ``api_key`` (the secret) only in ``create_key``'s answer."""
+
+    key_id: str
+    created_at: str
+    last_used_at: str | None
+    label: str | None
+    api_key: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Key:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
 class FailedFire:
     """A fire of an HTTP target whose delivery gave up (``GET /v1/fires?status=failed``)."""
 

@@ -86,6 +86,7 @@ def test_openapi_declares_405_everywhere_and_415_where_a_body_is_taken(api: Api)
         "POST /v1/timers:batch",
         "PATCH /v1/timers/{timer_id}",
         "POST /v1/schedule-preview",
+        "POST /v1/tenant/keys",
     }
 
 
@@ -116,6 +117,57 @@ def test_a_revoked_key_the_api_remembers_is_refused_within_a_second(api: Api) ->
     api.clock.advance(5_000)  # long after any check: refused at once
     assert api.tenants.revoke_key(other)
     assert api.call("GET", "/v1/tenant", key=other).status == 401
+
+
+# ---------------------------------------------------------------- the tenant's own keys
+
+
+def test_a_tenant_lists_creates_and_revokes_its_own_keys(api: Api) -> None:
+    (first,) = api.call("GET", "/v1/tenant/keys").body["items"]
+    assert first == {
+        "key_id": api.keys["acme"][:10],
+        "created_at": format_ms(T0),
+        "last_used_at": format_ms(T0),  # this very request
+        "label": None,
+    }
+    api.clock.advance(1_000)
+    made = api.call("POST", "/v1/tenant/keys", body={"label": "ci"})
+    assert made.status == 201, made.body
+    secret = made.body.pop("api_key")
+    assert secret.startswith("tk_") and secret[:10] == made.body["key_id"]
+    assert made.body == {"key_id": secret[:10], "created_at": format_ms(T0 + 1_000),
+                         "last_used_at": None, "label": "ci"}  # fmt: skip
+    assert api.call("GET", "/v1/tenant", key=secret).body["tenant"] == "acme"
+    listed = api.call("GET", "/v1/tenant/keys", key=secret).body["items"]
+    assert [k["key_id"] for k in listed] == [first["key_id"], made.body["key_id"]]
+    assert all("api_key" not in k for k in listed)  # the secret is shown once
+    assert listed[1]["last_used_at"] == format_ms(T0 + 1_000)
+
+    gone = api.call("DELETE", f"/v1/tenant/keys/{first['key_id']}", key=secret)
+    assert (gone.status, gone.body) == (204, None)
+    api.clock.advance(1_000)  # refused within 1 s, in every sandbox
+    assert api.call("GET", "/v1/tenant").status == 401
+    last = api.call("DELETE", f"/v1/tenant/keys/{made.body['key_id']}", key=secret)
+    assert (last.status, last.error_code) == (409, "invalid_state")  # never the last one
+    unknown = api.call("DELETE", "/v1/tenant/keys/tk_nope", key=secret)
+    assert (unknown.status, unknown.error_code) == (404, "not_found")
+    assert len(api.call("GET", "/v1/tenant/keys", key=secret).body["items"]) == 1
+
+
+def test_a_tenant_keeps_at_most_ten_keys_and_never_sees_anothers(api: Api) -> None:
+    for _ in range(9):
+        assert api.call("POST", "/v1/tenant/keys", body={}).status == 201
+    eleventh = api.call("POST", "/v1/tenant/keys", body={"label": "one too many"})
+    assert (eleventh.status, eleventh.error_code) == (409, "invalid_state")
+    assert len(api.call("GET", "/v1/tenant/keys").body["items"]) == 10
+    theirs = api.call("GET", "/v1/tenant/keys", tenant="globex").body["items"]
+    assert [k["key_id"] for k in theirs] == [api.keys["globex"][:10]]
+    ours = api.call("GET", "/v1/tenant/keys").body["items"][1]["key_id"]
+    reply = api.call("DELETE", f"/v1/tenant/keys/{ours}", tenant="globex")
+    assert (reply.status, reply.error_code) == (404, "not_found")
+    too_long = api.call("POST", "/v1/tenant/keys", tenant="globex", body={"label": "x" * 129})
+    assert (too_long.status, too_long.error_fields) == (400, {"label"})
+    assert len(api.call("GET", "/v1/tenant/keys", tenant="globex").body["items"]) == 1
 
 
 def test_tenant_is_whoever_the_key_belongs_to(api: Api) -> None:

@@ -214,6 +214,19 @@ def test_create_takes_a_retry_policy(api: Api, capsys: pytest.CaptureFixture[str
     assert code == 2 and "whole seconds" in err
 
 
+def test_keys_are_listed_created_and_revoked(api: Api, capsys: pytest.CaptureFixture[str]) -> None:
+    made = as_json(timers(api, capsys, "--json", "keys", "create", "--label", "ci"))
+    assert made["api_key"].startswith("tk_") and made["label"] == "ci"
+    listed = as_json(timers(api, capsys, "keys", "ls", "--json"))["items"]
+    assert [k["key_id"] for k in listed] == [api.keys["acme"][:10], made["key_id"]]
+    _, out, _ = timers(api, capsys, "keys", "create")
+    assert out.splitlines()[0].startswith("tk_") and "shown this once" in out
+    code, out, _ = timers(api, capsys, "keys", "revoke", made["key_id"])
+    assert code == 0 and f"revoked {made['key_id']}" in out
+    code, _, err = timers(api, capsys, "keys", "revoke", "tk_nope")
+    assert code == 1 and "tk_nope" in err
+
+
 def test_a_payload_comes_from_a_file_or_standard_input(
     api: Api, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

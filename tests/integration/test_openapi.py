@@ -105,6 +105,11 @@ def test_successes_are_the_contracts(doc: dict[str, Any]) -> None:
         assert schema(method, path, "200") == "TimerOut"
     assert schema("get", "/v1/timers/{timer_id}/fires", "200") == "FireList"
     assert schema("post", "/v1/timers/{timer_id}/run", "202") == "FireOut"
+    assert schema("get", "/v1/tenant/keys", "200") == "KeyList"
+    assert schema("post", "/v1/tenant/keys", "201") == "KeyCreatedOut"
+    assert set(doc["paths"]["/v1/tenant/keys/{key_id}"]["delete"]["responses"]) >= {
+        "204", "404", "409"
+    }  # fmt: skip
     assert schema("post", "/v1/schedule-preview", "200") == "PreviewOut"
     assert schema("get", "/v1/tenant", "200") == "TenantOut"
     assert schema("get", "/v1/health", "200") == "HealthOut"
@@ -176,6 +181,8 @@ def test_real_answers_conform_to_the_declared_schemas(api: Api, doc: dict[str, A
         ("POST", "/v1/timers/tmr_nope/reset", "/v1/timers/{timer_id}/reset", 404),
         ("POST", f"/v1/timers/{timer_id}/run", "/v1/timers/{timer_id}/run", 202),
         ("POST", "/v1/timers/tmr_nope/run", "/v1/timers/{timer_id}/run", 404),
+        ("GET", "/v1/tenant/keys", "/v1/tenant/keys", 200),
+        ("DELETE", "/v1/tenant/keys/tk_nope", "/v1/tenant/keys/{key_id}", 404),
         ("GET", f"/v1/timers/{timer_id}/fires", "/v1/timers/{timer_id}/fires", 200),
         ("GET", "/v1/tenant", "/v1/tenant", 200),
         ("GET", "/v1/health", "/v1/health", 200),

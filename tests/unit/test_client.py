@@ -24,6 +24,7 @@ from timers_client import (
     FailedFire,
     Fire,
     InvalidState,
+    Key,
     NotFound,
     Preview,
     RateLimited,
@@ -83,6 +84,7 @@ def test_sdk_paths_parameters_match_the_document(doc: dict[str, Any]) -> None:
         (Tenant, "TenantOut"),
         (Preview, "PreviewOut"),
         (FailedFire, "FailedFireOut"),
+        (Key, "KeyCreatedOut"),
     ],
 )
 def test_models_have_exactly_the_schemas_fields(

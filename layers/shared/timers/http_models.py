@@ -334,6 +334,29 @@ class TenantOut(_Out):
     )
 
 
+class KeyCreate(_Strict):
+    label: Annotated[str, Field(max_length=128)] | None = Field(
+        None, description="What the key is for (shown in the list); <= 128 characters"
+    )
+
+
+class KeyOut(_Out):
+    key_id: str = Field(description="Names the key (its first characters); not a secret")
+    created_at: Timestamp
+    last_used_at: Timestamp | None = Field(
+        description="When a request last used it (to about a minute); null: never"
+    )
+    label: str | None
+
+
+class KeyCreatedOut(KeyOut):
+    api_key: str = Field(description="The secret: shown in this answer only, stored hashed")
+
+
+class KeyList(_Out):
+    items: list[KeyOut] = Field(description="The tenant's keys, oldest first (at most 10)")
+
+
 class HealthOut(_Out):
     status: Literal["ok"]
 

@@ -313,6 +313,6 @@ def build_runtime(
         clock=clock,
     )
     limiter = RateLimiter(w.redis, clock)
-    tenants = TenantStore(s.tenants_table)
+    tenants = TenantStore(s.tenants_table, clock)
     authenticate = CachedAuthenticator(clock, tenants.authenticate, tenants.revocation_count)
     return Runtime(s, service, limiter, authenticate, tenants, w.redis, failures, w)

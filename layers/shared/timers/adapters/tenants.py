@@ -5,6 +5,9 @@
   rotation the previous one signs too until its ``until``).
 - ``KEY#<sha256 of the key>``: one API key. Keys are stored only as hashes and never logged;
   the ``key_id`` (first characters of the key) lets an operator tell keys apart.
+- The tenant item's ``api_keys`` lists its keys (JSON, oldest first: ``key_id``, hash, created,
+  label): what ``GET /v1/tenant/keys`` shows, at most KEYS_MAX, never emptied by a revocation
+  through the API. A key registered before the list existed is added to it when next used.
 - ``REVOCATIONS``: how many keys were ever revoked. An api sandbox that remembers keys reads it
   (at most once a second, and only when it is about to trust a remembered key) and forgets
   every key it remembers when it moved: a revoked key is refused within a second everywhere.
@@ -15,14 +18,16 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pynamodb.attributes import NumberAttribute, UnicodeAttribute, UnicodeSetAttribute
-from pynamodb.exceptions import PutError
+from pynamodb.exceptions import PutError, TransactWriteError, UpdateError
 from pynamodb.models import Model
+from pynamodb.transactions import TransactWrite
 
 from timers.adapters.dynamodb import bound_model, failed_because
 from timers.core.errors import (
@@ -52,6 +57,12 @@ is refused within this, in every sandbox (one consistent read, 1 RRU, per busy s
 REVOCATIONS_PK = "REVOCATIONS"
 AUTH_CACHE_SIZE = 10_000
 """Keys remembered per api sandbox, of each kind (naming a tenant, naming none)."""
+KEYS_MAX = 10
+"""API keys a tenant keeps at most."""
+LABEL_MAX = 128
+LAST_USED_EVERY_MS = 60_000
+"""A key's ``last_used_at`` is written when a lookup finds it older than this: a lookup
+happens once per key and api sandbox per AUTH_CACHE_MS, so it is right to about a minute."""
 
 
 class TenantItem(Model):
@@ -67,6 +78,8 @@ class TenantItem(Model):
     created_ms = NumberAttribute()
     # JSON list, newest first: [{"s": "whsec_...", "until": ms or null}, ...]
     webhook_secrets = UnicodeAttribute(null=True)
+    # JSON list, oldest first: [{"id": key_id, "h": sha256, "c": created ms, "l": label}, ...]
+    api_keys = UnicodeAttribute(null=True)
 
 
 class ApiKeyItem(Model):
@@ -74,6 +87,8 @@ class ApiKeyItem(Model):
     tenant = UnicodeAttribute()
     key_id = UnicodeAttribute()
     created_ms = NumberAttribute()
+    label = UnicodeAttribute(null=True)
+    last_used_ms = NumberAttribute(null=True)
 
 
 class RevocationsItem(Model):
@@ -120,6 +135,32 @@ class Tenant:
         return queue_url == self.callback_queue_url or queue_url in self.allowed_queue_urls
 
 
+@dataclass(frozen=True)
+class ApiKey:
+    """One of a tenant's keys, as listed (never the key itself)."""
+
+    key_id: str
+    digest: str  # sha256 of the key: names its item
+    created_ms: int
+    label: str | None = None
+    last_used_ms: int | None = None
+
+
+def _keys(text: str | None) -> list[ApiKey]:
+    if not text:
+        return []
+    return [ApiKey(e["id"], e["h"], int(e["c"]), e.get("l")) for e in json.loads(text)]
+
+
+def _keys_json(keys: list[ApiKey]) -> str:
+    return json.dumps([{"id": k.key_id, "h": k.digest, "c": k.created_ms, "l": k.label}
+                       for k in keys], separators=(",", ":"))  # fmt: skip
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 def _hash(api_key: str) -> str:
     return hashlib.sha256(api_key.encode()).hexdigest()
 
@@ -160,8 +201,9 @@ def validate_name(name: str) -> None:
 class TenantStore:
     """Tenants, their keys and the revocation count, in one tenants table."""
 
-    def __init__(self, table: str) -> None:
+    def __init__(self, table: str, clock: Callable[[], int] | None = None) -> None:
         self.models = models_for(table)
+        self.clock = clock or (lambda: time.time_ns() // 1_000_000)
 
     def signing_secrets(self, name: str, now_ms: int) -> list[str]:
         """The secrets that sign a tenant's webhooks now (none: no such tenant)."""
@@ -182,7 +224,104 @@ class TenantStore:
             key = self.models.api_key.get(f"KEY#{_hash(api_key)}")
         except self.models.api_key.DoesNotExist:
             return None
-        return self.get_tenant(key.tenant)
+        try:
+            item = self.models.tenant.get(_tenant_pk(key.tenant), consistent_read=True)
+        except self.models.tenant.DoesNotExist:
+            return None
+        self._note_use(key, item)
+        return _to_tenant(item)
+
+    def _note_use(self, key: ApiKeyItem, tenant: TenantItem) -> None:
+        """Keep ``last_used_at`` to about a minute, and list a key from before the list
+        (best effort: authentication never fails on it)."""
+        now = self.clock()
+        try:
+            if key.last_used_ms is None or now - int(key.last_used_ms) >= LAST_USED_EVERY_MS:
+                key.update(
+                    actions=[self.models.api_key.last_used_ms.set(now)],
+                    condition=self.models.api_key.pk.exists(),
+                )  # not a revoked one
+            if not any(k.digest == key.pk[4:] for k in _keys(tenant.api_keys)):
+                listed = ApiKey(key.key_id, key.pk[4:], int(key.created_ms), key.label)
+                self._relist(tenant, [*_keys(tenant.api_keys), listed])
+        except (UpdateError, ValueError):
+            pass
+
+    def _relist(self, tenant: TenantItem, keys: list[ApiKey]) -> None:
+        held = self.models.tenant.api_keys
+        before = tenant.api_keys
+        condition = held.does_not_exist() if before is None else held == before
+        tenant.update(actions=[held.set(_keys_json(keys))], condition=condition)
+
+    # ---------------------------------------------------------------- a tenant's own keys
+
+    def list_keys(self, name: str) -> list[ApiKey]:
+        """The tenant's keys, oldest first, with when each was last used."""
+        keys = _keys(self._get_item(name).api_keys)
+        used = {
+            item.pk[4:]: item.last_used_ms
+            for item in self.models.api_key.batch_get([f"KEY#{k.digest}" for k in keys])
+        } if keys else {}  # fmt: skip
+        return [
+            ApiKey(k.key_id, k.digest, k.created_ms, k.label, _int(used.get(k.digest)))
+            for k in keys
+        ]
+
+    def create_key(self, name: str, now_ms: int, label: str | None = None) -> tuple[str, ApiKey]:
+        """A new key for the tenant (the secret returned once, stored hashed), at most
+        KEYS_MAX; its item and the tenant's list in one transaction."""
+        if label is not None and len(label) > LABEL_MAX:
+            raise InvalidInput("label too long", [FieldError("label", f"at most {LABEL_MAX}")])
+        tenant = self._get_item(name)
+        keys = _keys(tenant.api_keys)
+        if len(keys) >= KEYS_MAX:
+            raise InvalidState(f"a tenant keeps at most {KEYS_MAX} keys: revoke one first")
+        api_key = KEY_PREFIX + secrets.token_urlsafe(32)
+        made = ApiKey(api_key[:10], _hash(api_key), now_ms, label)
+        item = self.models.api_key(
+            f"KEY#{made.digest}", tenant=name, key_id=made.key_id, created_ms=now_ms, label=label
+        )
+        self._transact_keys(tenant, [*keys, made], save=item)
+        return api_key, made
+
+    def revoke_key_id(self, name: str, key_id: str) -> None:
+        """Revoke one of the tenant's keys by its id: never its last one (InvalidState)."""
+        tenant = self._get_item(name)
+        keys = _keys(tenant.api_keys)
+        gone = next((k for k in keys if k.key_id == key_id), None)
+        if gone is None:
+            raise NotFound(f"no key {key_id!r}")
+        if len(keys) == 1:
+            raise InvalidState("the tenant's last key cannot be revoked: create another first")
+        key_item = self.models.api_key(f"KEY#{gone.digest}", tenant=name, key_id=key_id,
+                                       created_ms=gone.created_ms)  # fmt: skip
+        self._transact_keys(tenant, [k for k in keys if k is not gone], delete=key_item)
+        self._count_revocation()
+
+    def _transact_keys(
+        self,
+        tenant: TenantItem,
+        keys: list[ApiKey],
+        save: ApiKeyItem | None = None,
+        delete: ApiKeyItem | None = None,
+    ) -> None:
+        held = self.models.tenant.api_keys
+        before = tenant.api_keys
+        condition = held.does_not_exist() if before is None else held == before
+        try:
+            with TransactWrite(connection=tenant._get_connection().connection) as tx:
+                tx.update(tenant, actions=[held.set(_keys_json(keys))], condition=condition)
+                if save is not None:
+                    tx.save(save, condition=self.models.api_key.pk.does_not_exist())
+                if delete is not None:
+                    tx.delete(delete)
+        except TransactWriteError as exc:
+            raise ConcurrentUpdate("the tenant's keys changed meanwhile; retry") from exc
+
+    def _count_revocation(self) -> None:
+        self.models.revocations(REVOCATIONS_PK).update(
+            actions=[self.models.revocations.revoked.add(1)]
+        )
 
     def revocation_count(self) -> int:
         """How many keys were ever revoked (it only grows)."""
@@ -249,19 +388,40 @@ class TenantStore:
                     "this API key is already registered to another tenant; a key is never "
                     "reassigned (revoke it first, or register a new one)"
                 ) from None
+        self._list_key(name, ApiKey(item.key_id, _hash(api_key), now_ms))
         return api_key
+
+    def _list_key(self, name: str, key: ApiKey) -> None:
+        """Add an admin's key to the tenant's list (no KEYS_MAX: an operator's tool)."""
+        for _ in range(3):
+            tenant = self._get_item(name)
+            keys = _keys(tenant.api_keys)
+            if any(k.digest == key.digest for k in keys):
+                return
+            try:
+                self._relist(tenant, [*keys, key])
+                return
+            except UpdateError as exc:
+                if not failed_because(exc, "ConditionalCheckFailedException"):
+                    raise
+        raise ConcurrentUpdate("the tenant's keys kept changing; retry")
 
     def revoke_key(self, api_key: str) -> bool:
         """Delete a key and count the revocation (what tells every api sandbox to forget the keys
         it remembers); returns False if it was unknown. Counted after the delete: a sandbox that
         sees the new count and looks the key up again finds it gone."""
+        digest = _hash(api_key)
         try:
-            self.models.api_key.get(f"KEY#{_hash(api_key)}", consistent_read=True).delete()
+            key = self.models.api_key.get(f"KEY#{digest}", consistent_read=True)
         except self.models.api_key.DoesNotExist:
             return False
-        self.models.revocations(REVOCATIONS_PK).update(
-            actions=[self.models.revocations.revoked.add(1)]
-        )
+        key.delete()
+        self._count_revocation()
+        try:  # off the tenant's list too (an operator may revoke its last key)
+            tenant = self._get_item(key.tenant)
+            self._relist(tenant, [k for k in _keys(tenant.api_keys) if k.digest != digest])
+        except (NotFound, UpdateError):
+            pass
         return True
 
     def allow_queue(self, name: str, queue_url: str) -> Tenant:
