@@ -5,6 +5,7 @@
     timers ls | timers get ID | timers fires ID | timers pause|resume|reset|rm ID
     timers run ID                    # one extra fire now, besides the schedule
     timers keys ls | timers keys create [--label L] | timers keys revoke KEY_ID
+    timers usage [--month 2026-11]   # fires enqueued, delivered, failed, late; timers
     timers preview --every 90s --count 5
     timers failed --since 2026-11-21T00:00:00Z     # webhook fires whose delivery gave up
     timers redeliver ID [FIRE_ID]    # one failed fire again, or every failed fire of ID
@@ -220,6 +221,16 @@ def cmd_keys_create(client: Client, args: argparse.Namespace) -> Any:
 def cmd_keys_revoke(client: Client, args: argparse.Namespace) -> Any:
     client.revoke_key(args.key_id)
     return {"revoked": args.key_id}, lambda: f"revoked {args.key_id}"
+
+
+def cmd_usage(client: Client, args: argparse.Namespace) -> Any:
+    used = client.usage(args.month)
+    fires = used["fires"]
+    rows = [["fires enqueued", fires["enqueued"]], ["fires delivered", fires["delivered"]],
+            ["fires failed", fires["failed"]], ["fires late > 1 s", fires["late_1s"]],
+            ["timers created", used["timers_created"]], ["timers active now",
+            used["active_timers"]]]  # fmt: skip
+    return used, lambda: table((used["month"], ""), rows)
 
 
 def cmd_ls(client: Client, args: argparse.Namespace) -> Any:
@@ -539,6 +550,10 @@ def parser() -> argparse.ArgumentParser:
     )
     keys_revoke.add_argument("key_id", metavar="KEY_ID")
     keys_revoke.set_defaults(run=cmd_keys_revoke)
+
+    usage = command("usage", help="the tenant's usage in a month (UTC)")
+    usage.add_argument("--month", metavar="YYYY-MM", help="default: this month")
+    usage.set_defaults(run=cmd_usage)
 
     fires = command("fires", help="a timer's fires, newest first")
     fires.add_argument("id")

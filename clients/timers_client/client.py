@@ -47,6 +47,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "keys": ("GET", "/v1/tenant/keys"),
     "create_key": ("POST", "/v1/tenant/keys"),
     "revoke_key": ("DELETE", "/v1/tenant/keys/{key_id}"),
+    "usage": ("GET", "/v1/tenant/usage"),
 }
 # Request bodies: SDK method -> (schema name, the method's parameters that fill it).
 REQUEST_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -414,6 +415,12 @@ class Client:
     def revoke_key(self, key_id: str) -> None:
         """Revoke a key: refused (401) within 1 s. Never the last one (InvalidState)."""
         self._call("DELETE", f"/tenant/keys/{quote(key_id, safe='')}")
+
+    def usage(self, month: str | None = None) -> dict[str, Any]:
+        """The tenant's usage of ``month`` (``YYYY-MM``, UTC; default: this month): fires
+        enqueued, delivered, failed and late by more than 1 s; timers created; active now."""
+        result: dict[str, Any] = self._call("GET", "/tenant/usage", query=_query(month=month))
+        return result
 
     def _call(
         self,

@@ -32,6 +32,7 @@ from timers.adapters.delivery_records import DeliveryRecords
 from timers.adapters.failed_fires import FailedFireStore
 from timers.adapters.target_slots import TargetSlots
 from timers.adapters.tenants import TenantStore
+from timers.adapters.usage import UsageCounters
 from timers.config import Settings
 from timers.delivery import (
     BatchReport,
@@ -117,6 +118,7 @@ def deps() -> DeliveryDeps:
             settings_.failed_fires_table, settings_.fire_retention_days, dynamodb
         ),
         clock=wall_clock_ms,
+        usage=UsageCounters(settings_.claims_table, dynamodb),
     )
 
 

@@ -170,6 +170,40 @@ def test_a_tenant_keeps_at_most_ten_keys_and_never_sees_anothers(api: Api) -> No
     assert len(api.call("GET", "/v1/tenant/keys", tenant="globex").body["items"]) == 1
 
 
+# ---------------------------------------------------------------- usage
+
+
+def test_usage_counts_the_months_creates_runs_and_active_timers(api: Api) -> None:
+    every = api.create(schedule={"type": "every", "seconds": 60})
+    later = api.create(schedule={"type": "after", "seconds": 30})
+    api.call("POST", f"/v1/timers/{later['id']}/pause")  # active: 1
+    assert api.call("POST", f"/v1/timers/{every['id']}/run").status == 202
+    used = api.call("GET", "/v1/tenant/usage")
+    assert used.status == 200, used.body
+    assert used.body == {
+        "month": "2026-11",
+        "fires": {"enqueued": 1, "delivered": 0, "failed": 0, "late_1s": 0},
+        "timers_created": 2,
+        "active_timers": 1,
+    }
+    api.call("POST", f"/v1/timers/{later['id']}/resume")
+    api.call("DELETE", f"/v1/timers/{every['id']}")
+    api.call("POST", f"/v1/timers/{later['id']}/resume")  # active already: no change
+    assert api.call("GET", "/v1/tenant/usage").body["active_timers"] == 1
+    october = api.call("GET", "/v1/tenant/usage", query={"month": "2026-10"}).body
+    assert october["fires"] == {"enqueued": 0, "delivered": 0, "failed": 0, "late_1s": 0}
+    assert (october["month"], october["timers_created"]) == ("2026-10", 0)
+    theirs = api.call("GET", "/v1/tenant/usage", tenant="globex").body
+    assert (theirs["timers_created"], theirs["active_timers"]) == (0, 0)
+
+
+@pytest.mark.parametrize("month", ["2026-13", "2026-00", "2026-1", "nov", "2026-11-01"])
+def test_a_malformed_month_is_400(api: Api, month: str) -> None:
+    reply = api.call("GET", "/v1/tenant/usage", query={"month": month})
+    assert (reply.status, reply.error_code) == (400, "validation_error"), reply.body
+    assert reply.error_fields == {"month"}
+
+
 def test_tenant_is_whoever_the_key_belongs_to(api: Api) -> None:
     reply = api.call("GET", "/v1/tenant", tenant="globex")
     secret = reply.body.pop("webhook_secret")

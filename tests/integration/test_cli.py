@@ -227,6 +227,16 @@ def test_keys_are_listed_created_and_revoked(api: Api, capsys: pytest.CaptureFix
     assert code == 1 and "tk_nope" in err
 
 
+def test_usage_shows_the_months_counts(api: Api, capsys: pytest.CaptureFixture[str]) -> None:
+    api.create(schedule={"type": "every", "seconds": 60})
+    used = as_json(timers(api, capsys, "--json", "usage"))
+    assert (used["month"], used["timers_created"], used["active_timers"]) == ("2026-11", 1, 1)
+    _, out, _ = timers(api, capsys, "usage", "--month", "2026-10")
+    assert "2026-10" in out and "timers created" in out
+    code, _, err = timers(api, capsys, "usage", "--month", "2026-13")
+    assert code == 1 and "month" in err
+
+
 def test_a_payload_comes_from_a_file_or_standard_input(
     api: Api, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

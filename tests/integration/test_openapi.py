@@ -110,6 +110,7 @@ def test_successes_are_the_contracts(doc: dict[str, Any]) -> None:
     assert set(doc["paths"]["/v1/tenant/keys/{key_id}"]["delete"]["responses"]) >= {
         "204", "404", "409"
     }  # fmt: skip
+    assert schema("get", "/v1/tenant/usage", "200") == "UsageOut"
     assert schema("post", "/v1/schedule-preview", "200") == "PreviewOut"
     assert schema("get", "/v1/tenant", "200") == "TenantOut"
     assert schema("get", "/v1/health", "200") == "HealthOut"
@@ -183,6 +184,7 @@ def test_real_answers_conform_to_the_declared_schemas(api: Api, doc: dict[str, A
         ("POST", "/v1/timers/tmr_nope/run", "/v1/timers/{timer_id}/run", 404),
         ("GET", "/v1/tenant/keys", "/v1/tenant/keys", 200),
         ("DELETE", "/v1/tenant/keys/tk_nope", "/v1/tenant/keys/{key_id}", 404),
+        ("GET", "/v1/tenant/usage", "/v1/tenant/usage", 200),
         ("GET", f"/v1/timers/{timer_id}/fires", "/v1/timers/{timer_id}/fires", 200),
         ("GET", "/v1/tenant", "/v1/tenant", 200),
         ("GET", "/v1/health", "/v1/health", 200),

@@ -1475,3 +1475,24 @@ def test_a_run_with_a_marker_clears_it_when_it_ends(rig: Rig) -> None:
 def test_handler_rejects_an_event_without_a_bucket(event: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="bucket"):
         trigger_app.TriggerEvent.parse(event)
+
+
+# ---------------------------------------------------------------- usage
+
+
+def test_a_run_counts_what_it_recorded_in_the_tenants_usage(rig: Rig) -> None:
+    api = rig.api
+    for _ in range(3):
+        api.create(schedule=after(1))
+    api.create(schedule={"type": "every", "seconds": 1}, max_fires=1)
+    until_armed(rig, T0 + 1_000)
+    rig.run()
+    used = api.call("GET", "/v1/tenant/usage").body
+    assert used["fires"] == {"enqueued": 4, "delivered": 0, "failed": 0, "late_1s": 0}
+    assert (used["timers_created"], used["active_timers"]) == (4, 0)  # each ended with its fire
+    late = api.create(schedule=after(1))
+    rig.clock.now = T0 + 4_000  # 2 s late: the service was down
+    rig.run()
+    assert [f["status"] for f in rig.fires(late["id"])] == ["enqueued"]
+    used = api.call("GET", "/v1/tenant/usage").body
+    assert used["fires"]["late_1s"] == 1 and used["fires"]["enqueued"] == 5

@@ -43,6 +43,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from timers.adapters.target_slots import Held
+from timers.adapters.usage import month_of
 from timers.core.errors import trace_frames
 from timers.core.failures import FailedFire, redelivered_at
 from timers.core.timer import fire_due_ms, fire_timer_id
@@ -133,6 +134,7 @@ class DeliveryDeps:
     clock: Callable[[], int]  # epoch ms
     jitter: Callable[[], float] = random.random
     retry_for_ms: int = RETRY_FOR_MS
+    usage: Any = None  # the tenants' usage counters (timers.adapters.usage; None: not counted)
 
 
 @dataclass
@@ -411,7 +413,29 @@ def deliver_batch(messages: Sequence[Message], deps: DeliveryDeps) -> BatchRepor
         outcomes = {m.message_id: r for m, r in zip(messages, checked, strict=True)}
         outcomes.update({message_id: future.result() for message_id, future in pending.items()})
     report.outcomes = {k: v for k, v in outcomes.items() if isinstance(v, Outcome)}
+    _count(checked, report.outcomes, deps)
     return report
+
+
+def _count(
+    checked: Sequence[Outcome | Ready], outcomes: Mapping[str, Outcome], deps: DeliveryDeps
+) -> None:
+    """Add the batch's delivered and failed fires to their tenants' usage (one ADD each)."""
+    if deps.usage is None:
+        return
+    counts: dict[str, dict[str, int]] = {}
+    for ready in checked:
+        if not isinstance(ready, Ready):
+            continue
+        verdict_ = outcomes.get(ready.message.message_id, Outcome("error")).verdict
+        if verdict_ in ("delivered", "failed"):
+            counts.setdefault(ready.tenant, {"delivered": 0, "failed": 0})[verdict_] += 1
+    try:
+        month = month_of(deps.clock())
+        for tenant, given in counts.items():
+            deps.usage.add(tenant, month, given)
+    except Exception:  # counting never fails a batch
+        log.warning("usage not counted", exc_info=True)
 
 
 def deliver(message: Message, deps: DeliveryDeps) -> Outcome:

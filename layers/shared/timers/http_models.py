@@ -357,6 +357,20 @@ class KeyList(_Out):
     items: list[KeyOut] = Field(description="The tenant's keys, oldest first (at most 10)")
 
 
+class FireCountsOut(_Out):
+    enqueued: int = Field(description="Fires put on their queue (or the delivery queue)")
+    delivered: int = Field(description="HTTP fires a POST delivered (2xx)")
+    failed: int = Field(description="Fires that failed: a queue refused, or delivery gave up")
+    late_1s: int = Field(description="Fires enqueued more than 1 s after their due time")
+
+
+class UsageOut(_Out):
+    month: str = Field(description="YYYY-MM (UTC)", examples=["2026-11"])
+    fires: FireCountsOut
+    timers_created: int
+    active_timers: int = Field(description="Timers active now (the same for any month asked)")
+
+
 class HealthOut(_Out):
     status: Literal["ok"]
 

@@ -26,6 +26,7 @@ from timers.adapters.idempotency import IdempotencyStore
 from timers.adapters.ratelimit import RateLimiter
 from timers.adapters.tenants import CachedAuthenticator, TenantStore
 from timers.adapters.timers_table import TimerStore
+from timers.adapters.usage import UsageCounters
 from timers.config import Settings
 from timers.engine.changes import Changes, Checkpoints
 from timers.engine.extra import Extras
@@ -234,6 +235,7 @@ def trigger_deps(w: Wiring, sqs: Any, **overrides: Any) -> TriggerDeps:
         retention_ms=s.fire_retention_days * DAY_MS,
         sleep=time.sleep,
         delivery_queue_url=s.delivery_queue_url,
+        usage=UsageCounters(s.claims_table, w.log.client),
     )
     return replace(deps, **overrides)
 
@@ -288,6 +290,7 @@ def build_runtime(
             sqs.append(boto3.client("sqs", config=SQS_CONFIG))
         return sqs[0]
 
+    usage = UsageCounters(s.claims_table)
     extras = Extras(
         w.log,
         clock,
@@ -295,6 +298,7 @@ def build_runtime(
         s.delivery_queue_url,
         s.fire_retention_days * DAY_MS,
         sleep,
+        usage=usage,
     )
     service = TimerService(
         w.changes,
@@ -303,7 +307,9 @@ def build_runtime(
         clock,
         allow_loopback_targets=s.timers_allow_loopback_targets,
         extras=extras,
+        usage=usage,
     )
+    w.changes.moved = service.status_moved
     failures = FailedFireService(
         failures=FailedFireStore(s.failed_fires_table, s.fire_retention_days),
         timers=w.timers,

@@ -14,6 +14,7 @@ import builtins
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 from timers.adapters.delivery_records import DeliveryRecords
 from timers.adapters.idempotency import IdempotencyRecord, IdempotencyStore
 from timers.adapters.tenants import Tenant
+from timers.adapters.usage import UsageCounters, month_of
 from timers.core import timer as timers
 from timers.core.errors import (
     FieldError,
@@ -45,6 +47,7 @@ BATCH_LIMIT = 100
 LIST_READ_LIMIT = 1_000
 """Items one list request reads at most (payload items and other statuses included)."""
 LIST_READ_BATCH = 100
+_MONTH = re.compile(r"\d{4}-\d{2}")
 """Items read per query when a status filter may discard most of them."""
 
 
@@ -73,6 +76,7 @@ class TimerService:
     clock: Clock
     allow_loopback_targets: bool = False  # the local stack only (TIMERS_ALLOW_LOOPBACK_TARGETS)
     extras: Extras | None = None  # run now (None: extra fires neither run nor listed)
+    usage: UsageCounters | None = None  # the tenants' usage counters (None: not counted)
 
     @property
     def timers(self) -> Any:
@@ -112,6 +116,7 @@ class TimerService:
             return self._replay(tenant, idempotency_key or "", specs, single, seen)
         if idempotency_key is None:
             self.changes.store_new(built, take_back=True)
+            self._created(tenant, built)
             return [timer_view(t) for t in built]
         return self._create_once(tenant, idempotency_key, specs, built, single)
 
@@ -175,8 +180,42 @@ class TimerService:
         if seen is not None:
             return self._replay(tenant, key, specs, single, seen)
         self.changes.store_new(built, False, self.idempotency.guard(tenant.name, key))
+        self._created(tenant, built)
         self.idempotency.complete(tenant.name, key)
         return [timer_view(t) for t in built]
+
+    # ---------------------------------------------------------------- usage
+
+    def _created(self, tenant: Tenant, built: Sequence[Timer]) -> None:
+        if self.usage is None or not built:
+            return
+        try:
+            active = sum(t.status == "active" for t in built)
+            self.usage.add(tenant.name, month_of(built[0].created_ms),
+                           {"timers_created": len(built), "active": active})  # fmt: skip
+        except Exception:  # counting never fails a request
+            log.warning("usage not counted", exc_info=True)
+
+    def status_moved(self, tenant: str, before: str, after: str | None) -> None:
+        """A committed change moved a timer in or out of ``active``: the gauge follows."""
+        delta = (after == "active") - (before == "active")
+        if self.usage is None or not delta:
+            return
+        try:
+            self.usage.add(tenant, month_of(self.clock()), {"active": delta})
+        except Exception:
+            log.warning("usage not counted", exc_info=True)
+
+    def usage_of(self, tenant: Tenant, month: str | None) -> dict[str, Any]:
+        """The tenant's usage of ``month`` (YYYY-MM, UTC; None: this month)."""
+        if month is None:
+            month = month_of(self.clock())
+        elif not _MONTH.fullmatch(month) or not 1 <= int(month[5:]) <= 12:
+            raise InvalidInput("invalid month", [FieldError("month", "expected YYYY-MM")])
+        if self.usage is None:
+            raise InvalidState("usage is not counted here")
+        first = month_of(tenant.created_ms) if tenant.created_ms else month
+        return self.usage.read(tenant.name, month, first)
 
     def _replay(
         self,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from http import HTTPStatus
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from timers import http_models as m
@@ -83,3 +84,22 @@ def create_key(body: m.KeyCreate) -> Response[m.KeyCreatedOut]:
 def revoke_key(key_id: str) -> Response[None]:
     runtime().tenants.revoke_key_id(tenant().name, unquote(key_id))
     return Response(status_code=HTTPStatus.NO_CONTENT)
+
+
+Month = Annotated[
+    str | None,
+    Query(description="YYYY-MM (UTC); default: this month", max_length=16),
+]
+
+
+@router.get(
+    "/v1/tenant/usage",
+    tags=[TAG],
+    responses={
+        **ok(200, "The tenant's usage in a month (UTC)", m.UsageOut),
+        **errors(*KEYED, 400),
+    },
+    summary="Usage: fires enqueued, delivered, failed and late; timers created and active",
+)
+def usage(month: Month = None) -> m.UsageOut:
+    return m.UsageOut(**runtime().service.usage_of(tenant(), month))

@@ -121,6 +121,7 @@ class Tenant:
     rate_limit_per_s: int = DEFAULT_RATE_LIMIT_PER_S
     spread: int = DEFAULT_SPREAD
     webhook_secrets: tuple[tuple[str, int | None], ...] = ()  # (secret, until), newest first
+    created_ms: int = 0
 
     @property
     def webhook_secret(self) -> str | None:
@@ -177,6 +178,7 @@ def _to_tenant(item: TenantItem) -> Tenant:
         rate_limit_per_s=int(item.rate_limit_per_s),
         spread=int(item.spread),
         webhook_secrets=_secrets(item.webhook_secrets),
+        created_ms=int(item.created_ms or 0),
     )
 
 
@@ -346,7 +348,8 @@ class TenantStore:
             created_ms=now_ms,
             webhook_secrets=_secrets_json(secret),
         ).save(condition=self.models.tenant.pk.does_not_exist())
-        return Tenant(name=name, callback_queue_url=callback_queue_url, webhook_secrets=secret)
+        return Tenant(name=name, callback_queue_url=callback_queue_url, webhook_secrets=secret,
+                      created_ms=now_ms)  # fmt: skip
 
     def rotate_secret(self, name: str, now_ms: int, window_ms: int = ROTATION_WINDOW_MS) -> Tenant:
         """A new current webhook secret; the previous one keeps signing for ``window_ms`` (both

@@ -117,6 +117,8 @@ class Changes:
     lookahead_ms: int
     retention_ms: int
     sleep: Callable[[float], None] = time.sleep
+    moved: Callable[[str, str, str | None], None] | None = None
+    """Told (tenant, status before, after - None: deleted) once a change is committed."""
 
     # ---------------------------------------------------------------- create
 
@@ -246,6 +248,8 @@ class Changes:
                 ]
         writes[:0] = self.timers.change_writes(stored, kept)
         self.timers.transact(writes)
+        if self.moved is not None:
+            self.moved(tenant, base.status, None if after is None else after.status)
         self._sync(stored, kept, rev, adopted=owed is not None)
         if kept is None:
             return None

@@ -20,19 +20,24 @@ EXTRA_CLAIM_MS): maybe sent, maybe not - the request got no answer, and a retry 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from botocore.exceptions import ClientError
 
+from timers.adapters.usage import fire_counts
 from timers.core.errors import ConcurrentUpdate
 from timers.core.schedule import first_fire, is_recurring, next_fire
 from timers.core.timer import Timer
 from timers.engine.entries import Entry, EntryRef, entry_ref
 from timers.engine.log import TTL, TTL_MARGIN_S, FireLog
 from timers.sending import Delivery, Sender, SqsPort
+
+log = logging.getLogger(__name__)
 
 EXTRA_CLAIM_MS = 15_000
 """The api's claim of an extra fire holds this long: beyond its request's timeout (10 s)."""
@@ -64,6 +69,7 @@ class Extras:
     retention_ms: int = 0
     sleep: Callable[[float], None] = time.sleep
     new_owner: Callable[[], str] = field(default=lambda: "api-" + uuid.uuid4().hex[:12])
+    usage: Any = None  # the tenants' usage counters (timers.adapters.usage; None: not counted)
 
     def run(self, timer: Timer, cursor_pos: int | None) -> tuple[int, Entry]:
         """Fire ``timer`` (the stored one: its current target and payload) once now; returns
@@ -93,6 +99,13 @@ class Extras:
         )
         if not self.log.record(ref[0], owner, {ref[1]: done}):
             raise ConcurrentUpdate("the extra fire's claim was taken meanwhile")
+        if self.usage is not None and done.enqueued is not None:
+            row = (timer.tenant, pos, done.enqueued, done.state == "d", False)
+            try:
+                for (tenant, month), counts in fire_counts([row]).items():
+                    self.usage.add(tenant, month, counts)
+            except Exception:  # counting never fails the request: the fire went
+                log.warning("usage not counted", exc_info=True)
         return pos, done
 
     def _claim(

@@ -29,11 +29,12 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from timers.adapters.timers_table import TimerStore
+from timers.adapters.usage import fire_counts
 from timers.core.schedule import is_recurring
 from timers.core.timer import Timer
 from timers.engine.changes import Checkpoints
@@ -99,6 +100,13 @@ class TriggerDeps:
     lease_limit: int = LEASE_LIMIT
     delivery_queue_url: str = ""  # HTTP targets' fires go here (the delivery function)
     monotonic: Callable[[], int] | None = None  # elapsed time, ms (default: ``clock``)
+    usage: UsagePort | None = None  # the tenants' usage counters (None: not counted)
+
+
+class UsagePort(Protocol):
+    def add(
+        self, tenant: str, month: str, counts: Mapping[str, int], shard: int | None = None
+    ) -> None: ...
 
 
 @dataclass
@@ -624,7 +632,28 @@ class Run:
                 self.report.failures.append(f"{d.id}: {d.failure}")
         recorded = self._write_back(outcomes, by_ref)
         self._hook("recorded")
+        self._count(recorded)
         return recorded
+
+    def _count(self, recorded: Sequence[Job]) -> None:
+        """Add what this run recorded to its tenants' usage: fires enqueued, failed and late,
+        and active timers whose chain ended with its fire (one ADD per tenant and month)."""
+        usage = self.deps.usage
+        if usage is None or not recorded:
+            return
+        rows = []
+        for job in recorded:
+            entry = job.entry
+            if entry is None or entry.state not in ("d", "f"):
+                continue
+            ended = entry.end and entry.rev == job.timer.rev  # not a change's: it counted itself
+            row = (job.timer.tenant, job.fire_ms, entry.enqueued or 0, entry.state == "d", ended)
+            rows.append(row)
+        try:
+            for (tenant, month), counts in fire_counts(rows).items():
+                usage.add(tenant, month, counts, shard=self.bucket)
+        except Exception:  # counting never stops a run
+            log.warning("usage not counted", exc_info=True)
 
     def _write_back(
         self, outcomes: Mapping[str, Mapping[str, Entry]], jobs: Mapping[EntryRef, Job]
