@@ -433,6 +433,16 @@ def test_a_failed_webhook_fire_is_found_and_redelivered_from_the_console(
         browser.get(webhook_stack.console)
         wait.until(ec.visibility_of_element_located((By.ID, "api-key"))).send_keys(key)
         browser.find_element(By.CSS_SELECTOR, "#sign-in-form button[type=submit]").click()
+        wait.until(ec.text_to_be_present_in_element((By.ID, "whoami"), "Tenant demo"))
+
+        # The timer's page shows the failed POST's last error: status, latency, the answer.
+        browser.get(f"{webhook_stack.console}#/timers/{timer['id']}")
+        last = f"#fires-table tr[data-fire='{fire['fire_id']}'] [data-last-error]"
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, last))
+        text = browser.find_element(By.CSS_SELECTOR, last).text
+        assert text.startswith("last attempt http 400 after ") and text.endswith(" ms: ok"), text
+        assert fire["last_error"]["status"] == 400 and fire["last_error"]["body"] == "ok"
+        browser.get(f"{webhook_stack.console}#/")
         panel = wait.until(ec.visibility_of_element_located((By.ID, "failed-panel")))
         group = f".failed-group[data-timer={timer['id']}]"
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f"{group} tbody tr"))
@@ -471,4 +481,100 @@ def test_a_failed_webhook_fire_is_found_and_redelivered_from_the_console(
         (record,) = [f for f in everything["items"] if f["fire_id"] == fire["fire_id"]]
         assert record["redelivered_at"] is not None
         assert key not in browser.current_url
+    browser.execute_script("sessionStorage.clear()")
+
+
+def test_edit_reset_run_now_keys_and_usage_from_the_console(
+    local_stack: RunningStack, browser: Any
+) -> None:
+    """A timer edited (name, payload, retry), reset and run from its page; a key created - its
+    secret shown once, and it works - and revoked; the month's usage read."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    key = local_stack.ready["Tenant demo API key: "]
+    run = uuid4().hex[:6]
+    status, timer, _ = local_stack.request(
+        "POST", "/timers", key=key,
+        body={"name": f"edit-{run}", "schedule": {"type": "every", "seconds": 3600},
+              "payload": {"v": 1}},
+    )  # fmt: skip
+    assert status == 201, timer
+    wait = WebDriverWait(browser, UI_TIMEOUT_S, ignored_exceptions=[StaleElementReferenceException])
+
+    def by_id(element_id: str) -> Any:
+        return browser.find_element(By.ID, element_id)
+
+    def get(path: str, with_key: str = key) -> Any:
+        status, body, _ = local_stack.request("GET", path, key=with_key)
+        assert status == 200, body
+        return body
+
+    browser.get(local_stack.console)
+    wait.until(ec.visibility_of_element_located((By.ID, "api-key"))).send_keys(key)
+    browser.find_element(By.CSS_SELECTOR, "#sign-in-form button[type=submit]").click()
+    wait.until(ec.text_to_be_present_in_element((By.ID, "whoami"), "Tenant demo"))
+    browser.get(f"{local_stack.console}#/timers/{timer['id']}")
+    wait.until(ec.text_to_be_present_in_element((By.ID, "timer-id"), timer["id"]))
+
+    # ---- edit: only what changed is sent
+    browser.find_element(By.CSS_SELECTOR, "#edit-details summary").click()
+    wait.until(lambda d: by_id("edit-name").get_attribute("value") == f"edit-{run}")
+    by_id("edit-name").clear()
+    by_id("edit-name").send_keys(f"renamed-{run}")
+    by_id("edit-payload").clear()
+    by_id("edit-payload").send_keys('{"v": 2}')
+    by_id("edit-retry-attempts").send_keys("3")
+    by_id("edit-save").click()
+    wait.until(ec.text_to_be_present_in_element((By.ID, "notice"), f"Saved {timer['id']}"))
+    saved = get(f"/timers/{timer['id']}")
+    assert (saved["name"], saved["payload"]) == (f"renamed-{run}", {"v": 2})
+    assert saved["retry"] == {"max_attempts": 3, "max_age_seconds": None}
+    assert saved["schedule"] == timer["schedule"]
+
+    # ---- run now: a fire at once, shown in the history; the schedule stays as it was
+    by_id("run-button").click()
+    wait.until(ec.text_to_be_present_in_element((By.ID, "notice"), "Fired "))
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#fires-table tbody tr[data-fire]"))
+    (fired,) = get(f"/timers/{timer['id']}/fires")["items"]
+    assert fired["status"] == "enqueued"
+    assert get(f"/timers/{timer['id']}")["next_fire_at"] == timer["next_fire_at"]
+
+    # ---- reset: restarted from now
+    by_id("reset-button").click()
+    wait.until(ec.text_to_be_present_in_element((By.ID, "notice"), f"Reset {timer['id']}"))
+    reset = get(f"/timers/{timer['id']}")
+    assert _parse(reset["next_fire_at"]) > _parse(timer["next_fire_at"])
+    assert (reset["status"], reset["fire_count"]) == ("active", 0)
+
+    # ---- keys: create (its secret shown once, and it works), then revoke it
+    browser.get(f"{local_stack.console}#/keys")
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#keys-table tbody tr"))
+    by_id("key-label").send_keys(f"console-{run}")
+    by_id("key-create").click()
+    wait.until(lambda d: by_id("new-key-secret").text.startswith("tk_"))
+    secret = by_id("new-key-secret").text
+    assert get("/tenant", with_key=secret)["tenant"] == "demo"
+    row = f"#keys-table tr[data-key='{secret[:10]}']"
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, row))
+    assert f"console-{run}" in browser.find_element(By.CSS_SELECTOR, row).text
+    browser.find_element(By.CSS_SELECTOR, f"{row} button").click()
+    wait.until(ec.text_to_be_present_in_element((By.ID, "notice"), f"Revoked {secret[:10]}"))
+    wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, row))
+    assert secret[:10] not in [k["key_id"] for k in get("/tenant/keys")["items"]]
+
+    # ---- usage: this month's counts, and a malformed month's error
+    browser.get(f"{local_stack.console}#/usage")
+    created = "#usage-details dd[data-field=timers-created]"
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, created))
+    assert int(browser.find_element(By.CSS_SELECTOR, created).text) >= 1
+    enqueued = browser.find_element(By.CSS_SELECTOR, "#usage-details dd[data-field=fires-enqueued]")
+    assert int(enqueued.text) >= 1  # the run above
+    by_id("usage-month").send_keys("2026-13")
+    browser.find_element(By.CSS_SELECTOR, "#usage-form button").click()
+    wait.until(ec.visibility_of_element_located((By.ID, "usage-error")))
+    assert "month" in by_id("usage-error").text
+    local_stack.request("DELETE", f"/timers/{timer['id']}", key=key)
     browser.execute_script("sessionStorage.clear()")

@@ -248,8 +248,7 @@ async function signIn(event) {
 
 function showTenant(me) {
   $("whoami").textContent = `Tenant ${me.tenant}`;
-  $("whoami").hidden = false;
-  $("sign-out").hidden = false;
+  for (const id of ["whoami", "sign-out", "nav-keys", "nav-usage"]) $(id).hidden = false;
 }
 
 function signOut(reason) {
@@ -258,8 +257,9 @@ function signOut(reason) {
   list.timers = [];
   list.cursor = null;
   failed.available = null;
-  $("whoami").hidden = true;
-  $("sign-out").hidden = true;
+  for (const id of ["whoami", "sign-out", "nav-keys", "nav-usage"]) $(id).hidden = true;
+  $("new-key").hidden = true;
+  $("new-key-secret").textContent = "";
   showView("sign-in-view");
   if (reason) showError($("sign-in-error"), new ApiError(401, { error: { message: reason } }));
   else clearError($("sign-in-error"));
@@ -269,13 +269,27 @@ function signOut(reason) {
 // ------------------------------------------------------------------ views
 
 function showView(id) {
-  for (const view of ["sign-in-view", "list-view", "timer-view"]) $(view).hidden = view !== id;
+  for (const view of ["sign-in-view", "list-view", "timer-view", "keys-view", "usage-view"]) {
+    $(view).hidden = view !== id;
+  }
 }
 
 function route() {
   stopPolling();
   if (!currentKey()) {
     showView("sign-in-view");
+    return;
+  }
+  if (location.hash === "#/keys") {
+    page.id = null;
+    showView("keys-view");
+    loadKeys();
+    return;
+  }
+  if (location.hash.startsWith("#/usage")) {
+    page.id = null;
+    showView("usage-view");
+    loadUsage();
     return;
   }
   const match = /^#\/timers\/(.+)$/.exec(location.hash);
@@ -540,6 +554,88 @@ function renderTimer() {
   );
   $("pause-button").hidden = t.status !== "active";
   $("resume-button").hidden = t.status !== "paused";
+  if (!$("edit-details").open) fillEdit(t); // never under the user's typing
+}
+
+// ------------------------------------------------------------------ edit, reset, run now
+
+function fillEdit(t) {
+  $("edit-name").value = t.name || "";
+  $("edit-max-fires").value = t.max_fires === null ? "" : String(t.max_fires);
+  $("edit-retry-attempts").value = t.retry && t.retry.max_attempts ? String(t.retry.max_attempts) : "";
+  $("edit-retry-age").value = t.retry && t.retry.max_age_seconds ? String(t.retry.max_age_seconds) : "";
+  $("edit-payload").value = JSON.stringify(t.payload, null, 2);
+}
+
+// Only what the form changed goes in the PATCH; an emptied optional field is cleared (null).
+function readEdit(t) {
+  const changes = {};
+  const name = $("edit-name").value.trim() || null;
+  if (name !== t.name) changes.name = name;
+  const maxFires = numberOrText($("edit-max-fires"));
+  if (maxFires !== t.max_fires) changes.max_fires = maxFires;
+  const attempts = numberOrText($("edit-retry-attempts"));
+  const age = numberOrText($("edit-retry-age"));
+  const retry = attempts === null && age === null ? null : { max_attempts: attempts, max_age_seconds: age };
+  if (JSON.stringify(retry) !== JSON.stringify(t.retry)) changes.retry = retry;
+  let payload;
+  try {
+    payload = JSON.parse($("edit-payload").value.trim() || "null");
+  } catch (exc) {
+    throw localError("the payload is not valid JSON", "payload", exc.message);
+  }
+  if (JSON.stringify(payload) !== JSON.stringify(t.payload)) changes.payload = payload;
+  return changes;
+}
+
+async function saveEdit(event) {
+  event.preventDefault();
+  clearError($("edit-error"));
+  try {
+    const changes = readEdit(page.timer);
+    if (!Object.keys(changes).length) {
+      notice("Nothing changed");
+      return;
+    }
+    page.timer = await api("PATCH", `timers/${segment(page.id)}`, changes);
+    list.loaded = false;
+    $("edit-details").open = false;
+    renderTimer();
+    notice(`Saved ${page.id}`);
+  } catch (error) {
+    showError($("edit-error"), error);
+  }
+}
+
+async function resetTimer() {
+  clearError($("timer-error"));
+  try {
+    page.timer = await api("POST", `timers/${segment(page.id)}/reset`);
+    list.loaded = false;
+    renderTimer();
+    notice(`Reset ${page.id}: next fire ${page.timer.next_fire_at || "none"}`);
+  } catch (error) {
+    showError($("timer-error"), error);
+  }
+}
+
+async function runNow() {
+  clearError($("timer-error"));
+  try {
+    const fire = await api("POST", `timers/${segment(page.id)}/run`);
+    notice(`Fired ${fire.fire_id}`);
+    refreshTimer();
+  } catch (error) {
+    showError($("timer-error"), error);
+  }
+}
+
+// The last POST of an HTTP fire, in words: "http 503 after 120 ms: <the answer's start>".
+function lastErrorText(last) {
+  if (!last) return null;
+  const what = last.status !== null ? `http ${last.status}` : last.error || "no answer";
+  const body = last.body ? `: ${last.body}` : "";
+  return `last attempt ${what} after ${last.latency_ms} ms${body}`;
 }
 
 function lagOf(fire) {
@@ -556,11 +652,12 @@ function renderFires() {
       const lag = lagOf(f);
       const reason = [
         f.reason,
-        f.last_status ? `last status ${f.last_status}` : null,
+        f.last_status && !f.last_error ? `last status ${f.last_status}` : null,
         f.attempts ? `${f.attempts} attempts` : null,
       ]
         .filter(Boolean)
         .join("; ");
+      const lastError = f.status === "delivered" ? null : lastErrorText(f.last_error);
       const action = f.status === "failed" && failed.available ? redeliverButton(page.id, f.fire_id) : null;
       return el(
         "tr",
@@ -571,7 +668,12 @@ function renderFires() {
         timeCell(f.delivered_at), // webhooks: when a POST got a 2xx
         el("td", { className: "lag", text: lag === null ? "—" : String(lag) }),
         el("td", {}, el("span", { className: `status ${f.status}`, text: f.status })),
-        el("td", { text: reason }),
+        el(
+          "td",
+          {},
+          reason,
+          lastError ? el("div", { className: "last-error", "data-last-error": "", text: lastError }) : null,
+        ),
         el("td", {}, action),
       );
     }),
@@ -666,6 +768,89 @@ async function onConfirmClosed() {
     location.hash = "#/";
   } catch (error) {
     showError($("timer-error"), error);
+  }
+}
+
+// ------------------------------------------------------------------ keys
+
+async function loadKeys() {
+  clearError($("keys-error"));
+  try {
+    const answer = await api("GET", "tenant/keys");
+    renderKeys(answer.items);
+  } catch (error) {
+    showError($("keys-error"), error);
+  }
+}
+
+function renderKeys(keys) {
+  $("keys-table").tBodies[0].replaceChildren(
+    ...keys.map((k) =>
+      el(
+        "tr",
+        { "data-key": k.key_id },
+        el("td", {}, el("code", { text: k.key_id })),
+        el("td", { text: k.label || "" }),
+        timeCell(k.created_at),
+        timeCell(k.last_used_at),
+        el("td", {}, smallButton("Revoke", () => revokeKey(k.key_id), `Revoke key ${k.key_id}`)),
+      ),
+    ),
+  );
+  labelCells($("keys-table"));
+}
+
+async function createKey(event) {
+  event.preventDefault();
+  clearError($("keys-error"));
+  const label = $("key-label").value.trim();
+  try {
+    const made = await api("POST", "tenant/keys", label ? { label } : {});
+    $("new-key-secret").textContent = made.api_key; // shown this once: never stored here
+    $("new-key").hidden = false;
+    $("key-label").value = "";
+    loadKeys();
+  } catch (error) {
+    showError($("keys-error"), error);
+  }
+}
+
+async function revokeKey(keyId) {
+  clearError($("keys-error"));
+  try {
+    await api("DELETE", `tenant/keys/${segment(keyId)}`);
+    notice(`Revoked ${keyId}`);
+    loadKeys();
+  } catch (error) {
+    showError($("keys-error"), error);
+  }
+}
+
+// ------------------------------------------------------------------ usage
+
+async function loadUsage() {
+  clearError($("usage-error"));
+  const month = $("usage-month").value.trim();
+  try {
+    const used = await api("GET", `tenant/usage${query({ month })}`);
+    const rows = [
+      ["Month", used.month],
+      ["Fires enqueued", used.fires.enqueued],
+      ["Fires delivered (webhooks)", used.fires.delivered],
+      ["Fires failed", used.fires.failed],
+      ["Fires late by more than 1 s", used.fires.late_1s],
+      ["Timers created", used.timers_created],
+      ["Timers active", used.active_timers],
+    ];
+    $("usage-details").replaceChildren(
+      ...rows.flatMap(([name, value]) => [
+        el("dt", { text: name }),
+        el("dd", { "data-field": name.toLowerCase().replace(/[^a-z0-9]+/g, "-"), text: String(value) }),
+      ]),
+    );
+  } catch (error) {
+    $("usage-details").replaceChildren();
+    showError($("usage-error"), error);
   }
 }
 
@@ -805,6 +990,17 @@ function start() {
   $("pause-button").addEventListener("click", () => act("pause"));
   $("resume-button").addEventListener("click", () => act("resume"));
   $("delete-button").addEventListener("click", confirmDelete);
+  $("reset-button").addEventListener("click", resetTimer);
+  $("run-button").addEventListener("click", runNow);
+  $("edit-form").addEventListener("submit", saveEdit);
+  $("edit-details").addEventListener("toggle", () => {
+    if ($("edit-details").open && page.timer) fillEdit(page.timer);
+  });
+  $("key-form").addEventListener("submit", createKey);
+  $("usage-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    loadUsage();
+  });
   $("confirm-dialog").addEventListener("close", onConfirmClosed);
   $("redeliver-all-button").addEventListener("click", () => redeliverAll(page.id));
   $("fires-more").addEventListener("click", moreFires);
