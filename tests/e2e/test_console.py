@@ -520,6 +520,8 @@ def test_edit_reset_run_now_keys_and_usage_from_the_console(
     wait.until(ec.text_to_be_present_in_element((By.ID, "timer-id"), timer["id"]))
 
     # ---- edit: only what changed is sent
+    name_shown = "#timer-details dd[data-field=name]"
+    wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, name_shown), f"edit-{run}"))
     browser.find_element(By.CSS_SELECTOR, "#edit-details summary").click()
     wait.until(lambda d: by_id("edit-name").get_attribute("value") == f"edit-{run}")
     by_id("edit-name").clear()

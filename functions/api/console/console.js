@@ -483,6 +483,8 @@ async function openTimer(id) {
   $("timer-details").replaceChildren();
   $("fires-table").tBodies[0].replaceChildren();
   $("lag-chart").replaceChildren();
+  $("edit-details").open = false;
+  delete $("edit-form").dataset.timer;
   clearError($("timer-error"));
   showView("timer-view");
   await refreshTimer();
@@ -554,12 +556,14 @@ function renderTimer() {
   );
   $("pause-button").hidden = t.status !== "active";
   $("resume-button").hidden = t.status !== "paused";
-  if (!$("edit-details").open) fillEdit(t); // never under the user's typing
+  // never under the user's typing, but filled once the timer is first read
+  if (!$("edit-details").open || $("edit-form").dataset.timer !== t.id) fillEdit(t);
 }
 
 // ------------------------------------------------------------------ edit, reset, run now
 
 function fillEdit(t) {
+  $("edit-form").dataset.timer = t.id;
   $("edit-name").value = t.name || "";
   $("edit-max-fires").value = t.max_fires === null ? "" : String(t.max_fires);
   $("edit-retry-attempts").value = t.retry && t.retry.max_attempts ? String(t.retry.max_attempts) : "";
