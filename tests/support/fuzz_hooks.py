@@ -2,7 +2,8 @@
 
 After every call, a timer the fuzzer created is deleted (its answer, already received, is
 checked as it came), so the stack is not left firing a fuzzer's ``every 1 s`` timers while
-the rest of the suite runs on it. (``after_validate`` is not called in every phase.)
+the rest of the suite runs on it; an API key it made is revoked (a tenant keeps 10 at most).
+(``after_validate`` is not called in every phase.)
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ def after_call(context: Any, case: Any, response: Any) -> None:
     # A repeated Idempotency-Key answers the first response again: its timers may be gone
     # already (this hook deleted them after that first call).
     replay = any(k.lower() == "idempotency-key" for k in response.request.headers)
+    if "api_key" in body:  # a key it made (POST /v1/tenant/keys): revoked again at once
+        gone = _http.delete(f"{api}/tenant/keys/{body['key_id']}", headers={"x-api-key": key},
+                            timeout=30)  # fmt: skip
+        assert gone.status_code == 204, gone.text
+        return
     for timer in body.get("items", [body]):
         gone = _http.delete(f"{api}/timers/{timer['id']}", headers={"x-api-key": key}, timeout=30)
         assert gone.status_code == 204 or (replay and gone.status_code == 404), gone.text
