@@ -151,7 +151,7 @@ class BucketIndex:
         self.bucket_count = bucket_count
         self._scripts = {
             name: Script(client, name)
-            for name in ("put", "lease", "finish", "peek", "check", "token", "swap")
+            for name in ("put", "lease", "finish", "check", "token", "swap")
         }
 
     def bucket_of(self, partition: int) -> int:
@@ -257,20 +257,40 @@ class BucketIndex:
     # ---------------------------------------------------------------- the fan-out's side
 
     def peek(self, buckets: Sequence[int], until: int) -> dict[int, Peek | Exception]:
-        """Every bucket's head, backlog, sentinel and warmth in one round trip; a bucket whose
-        shard fails answers its error, and the others their peek."""
-        calls = [(self._keys(b), [until, keys.SENTINEL, keys.RAN, keys.COLD]) for b in buckets]
+        """Every bucket's head, sentinel and warmth in one round trip of plain commands (the
+        fan-out's idle cost: two a bucket), and the backlog of those due by ``until`` in a
+        second; a bucket whose shard fails answers its error, and the others their peek."""
+        pipe = self.client.pipeline(transaction=False)
+        for b in buckets:
+            due, data = self._keys(b)
+            pipe.execute_command(
+                "ZRANGEBYSCORE", due, "-inf", f"({NOTED}", "WITHSCORES", "LIMIT", 0, 1
+            )
+            pipe.execute_command("HMGET", data, keys.SENTINEL, keys.RAN, keys.COLD)
+        got = pipe.execute(raise_on_error=False)
         out: dict[int, Peek | Exception] = {}
-        for bucket, got in zip(
-            buckets, self._eval("peek", calls, raise_on_error=False), strict=True
-        ):
-            if isinstance(got, Exception):
-                out[bucket] = got
-            else:
-                head, count, sentinel, ran, cold = got
-                out[bucket] = Peek(
-                    _score(head), int(count), sentinel and _text(sentinel), _int(ran), _int(cold)
-                )
+        ready: list[int] = []  # due by ``until``: their backlog is counted
+        for i, bucket in enumerate(buckets):
+            first, fields = got[2 * i], got[2 * i + 1]
+            if isinstance(first, Exception) or isinstance(fields, Exception):
+                out[bucket] = first if isinstance(first, Exception) else fields
+                continue
+            pair = first[0] if first and isinstance(first[0], list | tuple) else first  # RESP3
+            head = _score(pair[1]) if pair else None
+            sentinel, ran, cold = fields
+            out[bucket] = Peek(head, 0, sentinel and _text(sentinel), _int(ran), _int(cold))
+            if head is not None and head <= until:
+                ready.append(bucket)
+        if ready:
+            pipe = self.client.pipeline(transaction=False)
+            for b in ready:
+                pipe.execute_command("ZCOUNT", keys.due(b), "-inf", until)
+            for bucket, count in zip(ready, pipe.execute(raise_on_error=False), strict=True):
+                peek = out[bucket]
+                if isinstance(count, Exception):
+                    out[bucket] = count
+                elif isinstance(peek, Peek):
+                    out[bucket] = peek._replace(backlog=int(count))
         return out
 
     def start_run(
