@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -22,12 +23,25 @@ import redis
 from redis.crc import key_slot
 from redis.exceptions import ResponseError
 
+from ops.redis_cluster import LocalRedisCluster
 from tests.support.clock import T0
+from tests.support.real_parts import RedisTarget
 from timers.core.schedule import AfterSchedule, AtSchedule, CronSchedule, EverySchedule, Schedule
 from timers.core.timer import Status, Timer
 from timers.core.webhooks import Webhook
 from timers.engine import keys
-from timers.engine.index import CHUNK, ENDED, NOTED, BucketIndex, Card, Leased, Peek, member_of
+from timers.engine.index import (
+    CHUNK,
+    ENDED,
+    NOTED,
+    SHARD_WAIT_S,
+    BucketIndex,
+    Card,
+    Leased,
+    Peek,
+    PeekPending,
+    member_of,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -980,3 +994,45 @@ def test_every_script_touches_the_one_slot_of_its_keys(redis_cluster_url: str) -
         assert key_slot(words[1].encode()) == declared, entry["command"]
     assert scripts >= 8 * 4
     assert sum(entry["client_type"] == "lua" for entry in seen) > 2 * scripts
+
+
+@pytest.mark.real_parts
+def test_a_shard_failing_over_costs_only_its_own_buckets_their_peek(
+    redis_cluster: LocalRedisCluster,
+) -> None:
+    """On a 3-master cluster one dead node fails a whole redis-py pipeline: each shard is
+    peeked apart, so while a master is dead (its replica not promoted yet) the other shards'
+    buckets answer their peek; a shard paused past SHARD_WAIT_S answers PeekPending, and then
+    its peek again."""
+    cluster = redis_cluster
+    cluster.flush_all()
+    client = RedisTarget(cluster.url, cluster=True).client()
+    index = BucketIndex(client, bucket_count=16)
+    assert index.put([c for b in range(16) for c in many(1, NOW - b, tenant=f"t{b}", partition=b)])
+    shard_of = {b: cluster.owner(key_slot(keys.due(b).encode())) for b in range(16)}
+    victim = shard_of[0]
+    theirs = {b for b, port in shard_of.items() if port == victim}
+    others = set(range(16)) - theirs
+    assert others, "the buckets spread over the masters"
+
+    with redis.Redis(port=victim) as node:
+        node.execute_command("CLIENT", "PAUSE", int(SHARD_WAIT_S * 1000) + 400, "ALL")
+    got = index.peek(range(16), NOW)
+    assert {b for b, p in got.items() if isinstance(p, PeekPending)} == theirs
+    assert all(got[b] == Peek(NOW - b, 1, None, None, None) for b in others)
+    deadline = time.monotonic() + 5
+    while any(isinstance(p, PeekPending) for p in got.values()) and time.monotonic() < deadline:
+        got = index.peek(range(16), NOW)  # the paused shard answers once the pause ends
+    assert got == {b: Peek(NOW - b, 1, None, None, None) for b in range(16)}
+
+    cluster.kill(victim)
+    try:
+        got = index.peek(range(16), NOW)
+        deadline = time.monotonic() + 5
+        while any(isinstance(p, PeekPending) for p in got.values()) and time.monotonic() < deadline:
+            got = index.peek(range(16), NOW)  # an error after SHARD_WAIT_S: the next poll's
+        assert all(got[b] == Peek(NOW - b, 1, None, None, None) for b in others)
+        assert all(isinstance(got[b], Exception) for b in theirs)
+    finally:
+        client.close()
+        cluster.replace(victim)

@@ -53,7 +53,7 @@ from timers.engine.fanout import (
     run_fanout,
     runs_wanted,
 )
-from timers.engine.index import RUN_BEAT_MS, BucketIndex, Card
+from timers.engine.index import RUN_BEAT_MS, BucketIndex, Card, PeekPending
 from timers.engine.trigger import ARM_MS
 
 pytestmark = pytest.mark.integration
@@ -627,6 +627,36 @@ def test_a_bucket_that_did_not_answer_is_handed_over_when_it_answers(
         sentinel = index.field(bucket, keys.SENTINEL)
         assert sentinel is not None
         assert sentinel.startswith("r") if bucket in lost else sentinel == "ok"
+
+
+def test_a_bucket_whose_shard_is_slow_to_answer_is_no_news_not_an_outage(
+    clock: FakeClock, invokes: Invokes, index: BucketIndex
+) -> None:
+    """A cluster-mode peek answers PeekPending for the buckets of a shard that did not answer
+    in SHARD_WAIT_S (busy, or failing over): the other buckets are dispatched in that poll, and
+    the slow one, when it answers, is dispatched too and not handed to the migrator."""
+    slow = {3}
+
+    class SlowShard:
+        bucket_count = BUCKETS
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(index, name)
+
+        def peek(self, buckets: Any, until: int) -> Any:
+            got = index.peek(buckets, until)
+            return {b: PeekPending("node-b") if b in slow else p for b, p in got.items()}
+
+    add(index, 1, 1, T0)
+    add(index, 3, 1, T0)
+    fanout = Fanout(make_deps(SlowShard(), clock, invokes))
+    act_at(fanout, clock, T0)
+    assert invokes.buckets() == [1]
+    assert fanout.report.pending == 1
+    slow.clear()
+    act_at(fanout, clock, T0 + POLL_MS, T0 + 2 * POLL_MS)
+    assert sorted(invokes.buckets()) == [1, 3]
+    assert invokes.restores == [] and fanout.report.errors == 0
 
 
 def test_a_bucket_back_from_an_outage_is_handed_over_once_by_overlapping_fanouts(

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from timers.engine import keys
-from timers.engine.index import BucketIndex, Peek
+from timers.engine.index import BucketIndex, Peek, PeekPending
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +75,7 @@ class FanoutReport:
     busy: int = 0  # runs wanted whose slot was taken (queued or running)
     lapsed: int = 0  # slots passed over: their run's promised beat lapsed
     errors: int = 0  # buckets that did not answer a peek
+    pending: int = 0  # buckets whose shard had not answered the poll in time (no news)
     restores: int = 0  # buckets handed to the migrator
 
     def summary(self) -> dict[str, int]:
@@ -155,6 +156,9 @@ class Fanout:
         cold_due: set[int] = set()
         for bucket in buckets:
             peek = peeks[bucket]
+            if isinstance(peek, PeekPending):  # its shard is slow to answer: no news
+                self.report.pending += 1
+                continue
             if isinstance(peek, Exception):
                 self.report.errors += not whole
                 self._down.setdefault(bucket, now)

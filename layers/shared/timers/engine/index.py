@@ -14,6 +14,7 @@ import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -119,6 +120,16 @@ class Peek(NamedTuple):
     cold: int | None
 
 
+SHARD_WAIT_S = 0.1
+"""How long a cluster-mode peek waits for each shard's answer. A shard failing over (its
+master dead, the replica not promoted yet) costs its own buckets their peek, never the other
+shards' buckets: each shard is peeked on its own, at once."""
+
+
+class PeekPending(Exception):
+    """The bucket's shard has not answered within SHARD_WAIT_S: no news this poll (not down)."""
+
+
 class RedisPort(Protocol):
     """The commands used; ``redis.Redis`` and ``redis.RedisCluster`` fit."""
 
@@ -153,6 +164,8 @@ class BucketIndex:
             name: Script(client, name)
             for name in ("put", "lease", "finish", "check", "token", "swap")
         }
+        self._shard_pool: ThreadPoolExecutor | None = None
+        self._shard_peeks: dict[str, Future[dict[int, Peek | Exception]]] = {}
 
     def bucket_of(self, partition: int) -> int:
         return partition % self.bucket_count
@@ -259,7 +272,62 @@ class BucketIndex:
     def peek(self, buckets: Sequence[int], until: int) -> dict[int, Peek | Exception]:
         """Every bucket's head, sentinel and warmth in one round trip of plain commands (the
         fan-out's idle cost: two a bucket), and the backlog of those due by ``until`` in a
-        second; a bucket whose shard fails answers its error, and the others their peek."""
+        second; a bucket whose shard fails answers its error, and the others their peek.
+
+        In cluster mode one failing node fails a whole pipeline (redis-py), so each shard's
+        buckets are peeked apart and at once: a shard that has not answered in SHARD_WAIT_S
+        answers PeekPending, and the error its peek ends with is reported at the next poll."""
+        shards = self._shards(buckets)
+        if len(shards) <= 1:
+            return self._peek(buckets, until)
+        out: dict[int, Peek | Exception] = {}
+        asked: dict[str, Future[dict[int, Peek | Exception]]] = {}
+        for node, group in shards.items():
+            earlier = self._shard_peeks.get(node)
+            if earlier is not None and not earlier.done():
+                out.update(dict.fromkeys(group, PeekPending(node)))
+                continue
+            self._shard_peeks.pop(node, None)
+            if earlier is not None:  # ended after its poll: an error is news (a bucket down)
+                failed = {b: v for b, v in earlier.result().items() if isinstance(v, Exception)}
+                if failed:
+                    out.update(failed)
+                    continue
+            asked[node] = self._shard_pool_().submit(self._peek_or_errors, group, until)
+        wait(asked.values(), timeout=SHARD_WAIT_S)
+        for node, future in asked.items():
+            if future.done():
+                out.update(future.result())
+            else:
+                self._shard_peeks[node] = future
+                out.update(dict.fromkeys(shards[node], PeekPending(node)))
+        return out
+
+    def _shards(self, buckets: Sequence[int]) -> dict[str, list[int]]:
+        """The buckets by the node serving them (one group for a plain Redis)."""
+        node_of = getattr(self.client, "get_node_from_key", None)
+        if node_of is None:
+            return {"": list(buckets)}
+        shards: dict[str, list[int]] = defaultdict(list)
+        for b in buckets:
+            try:
+                shards[node_of(keys.due(b)).name].append(b)
+            except Exception:  # the slot's owner is not known yet: peeked with the unknown
+                shards[""].append(b)
+        return shards
+
+    def _shard_pool_(self) -> ThreadPoolExecutor:
+        if self._shard_pool is None:
+            self._shard_pool = ThreadPoolExecutor(8, thread_name_prefix="peek")
+        return self._shard_pool
+
+    def _peek_or_errors(self, buckets: Sequence[int], until: int) -> dict[int, Peek | Exception]:
+        try:
+            return self._peek(buckets, until)
+        except Exception as exc:  # the shard's node is down or failing over
+            return dict.fromkeys(buckets, exc)
+
+    def _peek(self, buckets: Sequence[int], until: int) -> dict[int, Peek | Exception]:
         pipe = self.client.pipeline(transaction=False)
         for b in buckets:
             due, data = self._keys(b)
