@@ -536,9 +536,11 @@ class World:
         clock instead, as they do in real time in a deployment."""
         index, markers, clock = self.index, self.markers, self.clock
 
-        def on_our_clock(mark: Callable[[int, int, str, int], bool]) -> Any:
-            def marked(bucket: int, slot: int, token: str, ttl_ms: int) -> bool:
-                ok = mark(bucket, slot, token, MARKER_REDIS_TTL_MS)
+        def on_our_clock(mark: Callable[[int, int, str, int, int | None], bool]) -> Any:
+            def marked(
+                bucket: int, slot: int, token: str, ttl_ms: int, promise: int | None = None
+            ) -> bool:
+                ok = mark(bucket, slot, token, MARKER_REDIS_TTL_MS, promise)
                 if ok:
                     markers[keys.run(bucket, slot)] = clock() + ttl_ms
                 return ok
