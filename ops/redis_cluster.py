@@ -451,6 +451,15 @@ class LocalRedisCluster:
         self.wait_settled()
         self.restart(port)
 
+    def fail_back(self, port: int) -> None:
+        """Make a replica that was its shard's master the master again (a manual CLUSTER
+        FAILOVER, as after a repair): the cluster as it started, for the tests that assume it."""
+        if port in self.masters():
+            return
+        self.nodes[port].command("CLUSTER", "FAILOVER")
+        self._wait(f"{port} master again", lambda: None if port in self.masters() else "replica")
+        self.wait_settled()
+
     def lose_shard(self, master_port: int) -> None:
         """A shard's data is gone: its master and replica die and come back as new, empty
         nodes serving the same slots (the other nodes forget the old ones)."""
