@@ -1036,4 +1036,4 @@ def test_a_shard_failing_over_costs_only_its_own_buckets_their_peek(
     finally:
         client.close()
         cluster.replace(victim)
-        cluster.fail_back(victim)  # the session's cluster as it started (masters first)
+        cluster.fail_back()  # the session's cluster as it started (masters first)

@@ -375,10 +375,9 @@ class World:
 
     def close(self) -> None:
         try:
-            if self.cluster is not None:  # the next example starts on a whole cluster
+            if self.cluster is not None:  # the next example starts on the cluster as it began
                 with self.observing():
-                    for port in self.cluster.dead_ports():
-                        self.cluster.replace(port)
+                    self.cluster.fail_back()
         finally:
             cluster_faults[0] = False
             self._stack.close()
