@@ -293,7 +293,7 @@ class BucketIndex:
                 if failed:
                     out.update(failed)
                     continue
-            asked[node] = self._shard_pool_().submit(self._peek_or_errors, group, until)
+            asked[node] = self._peek_pool().submit(self._peek_or_errors, group, until)
         wait(asked.values(), timeout=SHARD_WAIT_S)
         for node, future in asked.items():
             if future.done():
@@ -316,7 +316,7 @@ class BucketIndex:
                 shards[""].append(b)
         return shards
 
-    def _shard_pool_(self) -> ThreadPoolExecutor:
+    def _peek_pool(self) -> ThreadPoolExecutor:
         if self._shard_pool is None:
             self._shard_pool = ThreadPoolExecutor(8, thread_name_prefix="peek")
         return self._shard_pool
