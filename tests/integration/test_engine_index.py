@@ -1037,3 +1037,39 @@ def test_a_shard_failing_over_costs_only_its_own_buckets_their_peek(
         client.close()
         cluster.replace(victim)
         cluster.fail_back()  # the session's cluster as it started (masters first)
+
+
+def test_a_shard_always_slower_than_the_wait_is_still_peeked(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard whose every peek takes longer than SHARD_WAIT_S (a busy node, a far AZ) answers
+    PeekPending in one poll and its answer, a poll late, in the next: never pending for ever."""
+
+    class TwoShards:  # a plain redis-server, its buckets served by two "nodes" by parity
+        def __init__(self, real: redis.Redis) -> None:
+            self.real = real
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.real, name)
+
+        def get_node_from_key(self, key: str) -> Any:
+            return type("Node", (), {"name": f"n{int(key.split('{b')[1].split('}')[0]) % 2}"})
+
+    index = BucketIndex(TwoShards(redis_client), bucket_count=4)  # type: ignore[arg-type]
+    assert index.put([c for b in range(4) for c in many(1, NOW - b, tenant=f"t{b}", partition=b)])
+    peek = index._peek
+
+    def slow_odd(buckets: Sequence[int], until: int) -> Any:
+        if 1 in buckets:
+            time.sleep(SHARD_WAIT_S * 1.5)
+        return peek(buckets, until)
+
+    monkeypatch.setattr(index, "_peek", slow_odd)
+    polls = []
+    for _ in range(4):  # polls a wait apart, as the fan-out's are (POLL_MS)
+        polls.append(index.peek(range(4), NOW))
+        time.sleep(SHARD_WAIT_S)
+    assert all(p[0] == Peek(NOW, 1, None, None, None) for p in polls)  # the fast shard each time
+    assert isinstance(polls[0][1], PeekPending)
+    answered = [p[1] for p in polls if isinstance(p[1], Peek)]
+    assert answered and all(a == Peek(NOW - 1, 1, None, None, None) for a in answered)

@@ -276,7 +276,8 @@ class BucketIndex:
 
         In cluster mode one failing node fails a whole pipeline (redis-py), so each shard's
         buckets are peeked apart and at once: a shard that has not answered in SHARD_WAIT_S
-        answers PeekPending, and the error its peek ends with is reported at the next poll."""
+        answers PeekPending, and what its peek ends with (its buckets, or its error) at the
+        next poll."""
         shards = self._shards(buckets)
         if len(shards) <= 1:
             return self._peek(buckets, until)
@@ -287,12 +288,10 @@ class BucketIndex:
             if earlier is not None and not earlier.done():
                 out.update(dict.fromkeys(group, PeekPending(node)))
                 continue
-            self._shard_peeks.pop(node, None)
-            if earlier is not None:  # ended after its poll: an error is news (a bucket down)
-                failed = {b: v for b, v in earlier.result().items() if isinstance(v, Exception)}
-                if failed:
-                    out.update(failed)
-                    continue
+            if earlier is not None:  # ended after its poll: its answer, a poll late (a shard
+                del self._shard_peeks[node]  # always slower than the wait is still dispatched)
+                out.update(earlier.result())
+                continue
             asked[node] = self._peek_pool().submit(self._peek_or_errors, group, until)
         wait(asked.values(), timeout=SHARD_WAIT_S)
         for node, future in asked.items():
