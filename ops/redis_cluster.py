@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 
@@ -450,6 +451,31 @@ class LocalRedisCluster:
         replica promoted, if it was a master), the node starts again and rejoins as a replica."""
         self.wait_settled()
         self.restart(port)
+
+    def fail_back(self) -> None:
+        """The cluster as it started, for the tests that assume it: every dead node back, each
+        shard's first master its master again (a manual CLUSTER FAILOVER, as after a repair),
+        and every slot a reshard moved back on it."""
+        for port in self.dead_ports():
+            self.restart(port)
+        for node in self.initial_masters:
+            if node.port not in self.masters():
+                node.command("CLUSTER", "FAILOVER")
+                self._wait(f"{node.port} master again", partial(self._serving, node.port))
+        self.wait_settled()
+        served = [(v.port, ranges) for v in self.view() if v.is_master for ranges in v.slots]
+        for node, (low, high) in zip(self.initial_masters, slot_ranges(self.shards), strict=True):
+            moved = [
+                slot
+                for port, (first, last) in served
+                if port != node.port
+                for slot in range(max(low, first), min(high, last) + 1)
+            ]
+            if moved:
+                self.migrate_slots(moved, node.port)
+
+    def _serving(self, port: int) -> str | None:
+        return None if port in self.masters() else "still a replica"
 
     def lose_shard(self, master_port: int) -> None:
         """A shard's data is gone: its master and replica die and come back as new, empty

@@ -109,7 +109,7 @@ def record_children(stack_pid: int, children: dict[int, str]) -> None:
 
 def leftovers() -> dict[int, str]:
     """Processes a killed stack left running (its recorded children still alive, the same
-    programs - a reused pid runs something else); empty if its stack still runs."""
+    programs - a reused pid runs something else), by pid; empty if its stack still runs."""
     try:
         record = json.loads(children_file().read_text())
         stack_pid, children = int(record["stack_pid"]), record["children"]
@@ -117,7 +117,8 @@ def leftovers() -> dict[int, str]:
         return {}
     if _alive(stack_pid):
         return {}
-    return {int(pid): what for pid, what in children.items() if _runs(int(pid), what)}
+    alive = {int(pid): what for pid, what in children.items() if _runs(int(pid), what)}
+    return dict(sorted(alive.items()))  # by pid: the same line whatever order they started in
 
 
 def _alive(pid: int) -> bool:

@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -22,12 +23,25 @@ import redis
 from redis.crc import key_slot
 from redis.exceptions import ResponseError
 
+from ops.redis_cluster import LocalRedisCluster
 from tests.support.clock import T0
+from tests.support.real_parts import RedisTarget
 from timers.core.schedule import AfterSchedule, AtSchedule, CronSchedule, EverySchedule, Schedule
 from timers.core.timer import Status, Timer
 from timers.core.webhooks import Webhook
 from timers.engine import keys
-from timers.engine.index import CHUNK, ENDED, NOTED, BucketIndex, Card, Leased, Peek, member_of
+from timers.engine.index import (
+    CHUNK,
+    ENDED,
+    NOTED,
+    SHARD_WAIT_S,
+    BucketIndex,
+    Card,
+    Leased,
+    Peek,
+    PeekPending,
+    member_of,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -828,7 +842,8 @@ def test_many_buckets_cost_one_round_trip_per_call(counting_client: redis.Redis)
     index.peek([0], NOW)  # and this one
     assert round_trips(lambda: index.put(batch)) == 1  # every bucket's script in one pipeline
     peeks: dict[int, Peek | Exception] = {}
-    assert round_trips(lambda: peeks.update(index.peek(range(16), NOW + 100))) == 1
+    assert round_trips(lambda: index.peek(range(16), NOW - 100)) == 1  # nothing due yet
+    assert round_trips(lambda: peeks.update(index.peek(range(16), NOW + 100))) == 2  # + backlogs
     assert peeks == {b: Peek(NOW + b, 20, None, None, None) for b in range(16)}
     leased: list[Card] = []
     assert round_trips(lambda: leased.extend(index.lease(3, NOW + 3, LEASE_END, 100).cards)) == 1
@@ -979,3 +994,82 @@ def test_every_script_touches_the_one_slot_of_its_keys(redis_cluster_url: str) -
         assert key_slot(words[1].encode()) == declared, entry["command"]
     assert scripts >= 8 * 4
     assert sum(entry["client_type"] == "lua" for entry in seen) > 2 * scripts
+
+
+@pytest.mark.real_parts
+def test_a_shard_failing_over_costs_only_its_own_buckets_their_peek(
+    redis_cluster: LocalRedisCluster,
+) -> None:
+    """On a 3-master cluster one dead node fails a whole redis-py pipeline: each shard is
+    peeked apart, so while a master is dead (its replica not promoted yet) the other shards'
+    buckets answer their peek; a shard paused past SHARD_WAIT_S answers PeekPending, and then
+    its peek again."""
+    cluster = redis_cluster
+    cluster.flush_all()
+    client = RedisTarget(cluster.url, cluster=True).client()
+    index = BucketIndex(client, bucket_count=16)
+    assert index.put([c for b in range(16) for c in many(1, NOW - b, tenant=f"t{b}", partition=b)])
+    shard_of = {b: cluster.owner(key_slot(keys.due(b).encode())) for b in range(16)}
+    victim = shard_of[0]
+    theirs = {b for b, port in shard_of.items() if port == victim}
+    others = set(range(16)) - theirs
+    assert others, "the buckets spread over the masters"
+
+    with redis.Redis(port=victim) as node:
+        node.execute_command("CLIENT", "PAUSE", int(SHARD_WAIT_S * 1000) + 400, "ALL")
+    got = index.peek(range(16), NOW)
+    assert {b for b, p in got.items() if isinstance(p, PeekPending)} == theirs
+    assert all(got[b] == Peek(NOW - b, 1, None, None, None) for b in others)
+    deadline = time.monotonic() + 5
+    while any(isinstance(p, PeekPending) for p in got.values()) and time.monotonic() < deadline:
+        got = index.peek(range(16), NOW)  # the paused shard answers once the pause ends
+    assert got == {b: Peek(NOW - b, 1, None, None, None) for b in range(16)}
+
+    cluster.kill(victim)
+    try:
+        got = index.peek(range(16), NOW)
+        deadline = time.monotonic() + 5
+        while any(isinstance(p, PeekPending) for p in got.values()) and time.monotonic() < deadline:
+            got = index.peek(range(16), NOW)  # an error after SHARD_WAIT_S: the next poll's
+        assert all(got[b] == Peek(NOW - b, 1, None, None, None) for b in others)
+        assert all(isinstance(got[b], Exception) for b in theirs)
+    finally:
+        client.close()
+        cluster.replace(victim)
+        cluster.fail_back()  # the session's cluster as it started (masters first)
+
+
+def test_a_shard_always_slower_than_the_wait_is_still_peeked(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard whose every peek takes longer than SHARD_WAIT_S (a busy node, a far AZ) answers
+    PeekPending in one poll and its answer, a poll late, in the next: never pending for ever."""
+
+    class TwoShards:  # a plain redis-server, its buckets served by two "nodes" by parity
+        def __init__(self, real: redis.Redis) -> None:
+            self.real = real
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.real, name)
+
+        def get_node_from_key(self, key: str) -> Any:
+            return type("Node", (), {"name": f"n{int(key.split('{b')[1].split('}')[0]) % 2}"})
+
+    index = BucketIndex(TwoShards(redis_client), bucket_count=4)  # type: ignore[arg-type]
+    assert index.put([c for b in range(4) for c in many(1, NOW - b, tenant=f"t{b}", partition=b)])
+    peek = index._peek
+
+    def slow_odd(buckets: Sequence[int], until: int) -> Any:
+        if 1 in buckets:
+            time.sleep(SHARD_WAIT_S * 1.5)
+        return peek(buckets, until)
+
+    monkeypatch.setattr(index, "_peek", slow_odd)
+    polls = []
+    for _ in range(4):  # polls a wait apart, as the fan-out's are (POLL_MS)
+        polls.append(index.peek(range(4), NOW))
+        time.sleep(SHARD_WAIT_S)
+    assert all(p[0] == Peek(NOW, 1, None, None, None) for p in polls)  # the fast shard each time
+    assert isinstance(polls[0][1], PeekPending)
+    answered = [p[1] for p in polls if isinstance(p[1], Peek)]
+    assert answered and all(a == Peek(NOW - 1, 1, None, None, None) for a in answered)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -251,3 +252,39 @@ def test_the_server_refuses_what_sqs_refuses(endpoint: str) -> None:
     assert code == "InvalidParameterValue"
     assert "Message must be shorter than 262144 bytes" in message
     sqs.purge_queue(QueueUrl=url)
+
+
+def test_a_delete_never_drops_a_message_sent_at_the_same_instant(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """moto's DeleteMessage rebuilds the queue's list: a send landing between the rebuild's loop
+    and its write was dropped (accepted by SendMessage, never received). The server's delete
+    holds the queue's lock, so the send waits for it and its message stays."""
+    from moto import mock_aws
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.sqs.models import Queue, sqs_backends
+
+    monkeypatch.setattr(Queue, "delete_message", Queue.delete_message)  # restored after
+    moto_server.atomic_sqs_delete()
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        url = sqs.create_queue(QueueName="race")["QueueUrl"]
+        sqs.send_message(QueueUrl=url, MessageBody="first")
+        handle = sqs.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
+        sender = threading.Thread(target=sqs.send_message, kwargs={
+            "QueueUrl": url, "MessageBody": "sent while the first is deleted"})  # fmt: skip
+
+        class RebuildEndsWithASend(list[Any]):
+            def __iter__(self) -> Iterator[Any]:
+                yield from list.__iter__(self)
+                if not sender.is_alive() and sender.ident is None:  # the first loop run out
+                    sender.start()
+                    sender.join(0.5)  # it lands now, unless the delete holds the lock
+
+        queue = sqs_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].queues["race"]
+        queue._messages = RebuildEndsWithASend(queue._messages)
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=handle)
+        sender.join(10)
+        bodies = [m["Body"] for m in sqs.receive_message(QueueUrl=url).get("Messages", [])]
+    assert sender.ident is not None
+    assert bodies == ["sent while the first is deleted"]

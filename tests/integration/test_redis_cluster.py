@@ -31,8 +31,7 @@ return n
 def cluster(redis_cluster: LocalRedisCluster) -> Iterator[LocalRedisCluster]:
     redis_cluster.flush_all()
     yield redis_cluster
-    for port in redis_cluster.dead_ports():  # a test that failed half-way
-        redis_cluster.restart(port)
+    redis_cluster.fail_back()  # nodes a test killed back, its first masters masters again
 
 
 @pytest.fixture

@@ -375,9 +375,9 @@ class World:
 
     def close(self) -> None:
         try:
-            if self.cluster is not None:  # the next example starts on a whole cluster
-                for port in self.cluster.dead_ports():
-                    self.cluster.replace(port)
+            if self.cluster is not None:  # the next example starts on the cluster as it began
+                with self.observing():
+                    self.cluster.fail_back()
         finally:
             cluster_faults[0] = False
             self._stack.close()
@@ -577,11 +577,11 @@ class World:
 
     def flushall(self) -> None:
         """A failover to an empty replica."""
-        if self.cluster is not None:  # on each master (a client's view may be a failover old)
-            self.cluster.flush_all()
-            return
         with self.observing():
-            self.redis.flushall()
+            if self.cluster is not None:  # on each master (a client's view may be a failover old)
+                self.cluster.flush_all()
+            else:
+                self.redis.flushall()
 
     # ------------------------------------------------------------ a Redis Cluster's faults
 
@@ -590,35 +590,44 @@ class World:
         (writes it had not replicated are lost), then the node comes back as a replica."""
         if self.cluster is None:
             return
-        port = self.cluster.masters()[which % len(self.cluster.masters())]
-        self.cluster_faults.append(f"killed master {port}")
-        self.cluster.kill(port)
+        with self.observing():  # the harness's own calls: spared an outage armed for the service
+            port = self.cluster.masters()[which % len(self.cluster.masters())]
+            self.cluster_faults.append(f"killed master {port}")
+            self.cluster.kill(port)
         self.poll()
-        self.cluster.wait_settled()
-        self.cluster.replace(port)
+        with self.observing():
+            self.cluster.wait_settled()
+            self.cluster.replace(port)
 
     def move_a_bucket(self, bucket: int, runs_meanwhile: bool) -> None:
         """A reshard moves a bucket's slot to another master; with ``runs_meanwhile`` the
         service runs while the slot is half moved (ASK, TRYAGAIN)."""
         if self.cluster is None:
             return
-        slot = self.cluster.slot_of(keys.due(bucket))
-        owner = self.cluster.owner(slot)
-        target = next(p for p in self.cluster.masters() if p != owner)
-        self.cluster_faults.append(f"moved bucket {bucket} to {target}")
-        with self.cluster.migrating(slot, target) as migration:
+        with self.observing():
+            slot = self.cluster.slot_of(keys.due(bucket))
+            owner = self.cluster.owner(slot)
+            target = next(p for p in self.cluster.masters() if p != owner)
+            self.cluster_faults.append(f"moved bucket {bucket} to {target}")
+            migration = self.cluster.begin_migration(slot, target)
+        try:
             if runs_meanwhile:
-                migration.move_keys(1)
+                with self.observing():
+                    migration.move_keys(1)
                 self.run(1_000)
+        finally:
+            with self.observing():
+                migration.finish()
 
     def lose_a_shard_for_real(self, which: int) -> None:
         """A shard's master and replica come back empty (a flush of one shard otherwise)."""
         if self.cluster is None:
             self.lose_bucket(which % self.index.bucket_count)
             return
-        port = self.cluster.masters()[which % len(self.cluster.masters())]
-        self.cluster_faults.append(f"lost shard {port}")
-        self.cluster.lose_shard(port)
+        with self.observing():
+            port = self.cluster.masters()[which % len(self.cluster.masters())]
+            self.cluster_faults.append(f"lost shard {port}")
+            self.cluster.lose_shard(port)
 
     def lose_bucket(self, bucket: int) -> None:
         """A shard's data lost (it came back empty): that bucket's keys are gone, no other."""

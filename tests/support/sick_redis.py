@@ -25,13 +25,13 @@ import timers.engine
 
 How = Literal["down", "refuses writes"]
 LUA = Path(timers.engine.__file__).parent / "lua"
-READ_ONLY_SCRIPTS = {"peek", "check"}
+READ_ONLY_SCRIPTS = {"check", "bulk"}  # bulk: the prelude of every script, never run alone
 WRITING = {"SET", "HSET", "HDEL", "ZADD", "ZREM", "DEL", "PEXPIRE", "FLUSHALL"}
 TAG = re.compile(r"\{b(\d+)\}")
 
 
 def _sha(name: str) -> str:
-    text = (LUA / f"{name}.lua").read_text()
+    text = (LUA / "bulk.lua").read_text() + (LUA / f"{name}.lua").read_text()  # as Script
     return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
 
 
@@ -91,6 +91,9 @@ class SickRedis:
 
     def set(self, name: str, value: str, *, px: int | None = None, nx: bool = False) -> Any:
         return self._call(("SET", name), lambda: self.real.set(name, value, px=px, nx=nx))
+
+    def get(self, name: str) -> Any:
+        return self._call(("GET", name), lambda: self.real.get(name))
 
     def hget(self, name: str, key: str) -> Any:
         return self._call(("HGET", name), lambda: self.real.hget(name, key))

@@ -464,3 +464,11 @@ def test_a_killed_stacks_children_are_named_only_while_they_run_the_same_program
     assert state.leftovers() == {}
     state.record_children(me, {me: "python"})  # its stack still runs: nothing left over
     assert state.leftovers() == {}
+    other = subprocess.Popen(["sleep", "30"])
+    try:  # recorded higher pid first (children start side by side): the line names them by pid
+        first, second = sorted([(me, "python"), (other.pid, "sleep")], reverse=True)
+        state.record_children(dead_stack, dict([first, second]))
+        assert list(state.leftovers()) == sorted([me, other.pid])
+    finally:
+        other.kill()
+        other.wait()

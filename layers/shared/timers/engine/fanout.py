@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from timers.engine import keys
-from timers.engine.index import RUN_BEAT_MS, BucketIndex, Peek
+from timers.engine.index import BucketIndex, Peek, PeekPending
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +75,7 @@ class FanoutReport:
     busy: int = 0  # runs wanted whose slot was taken (queued or running)
     lapsed: int = 0  # slots passed over: their run's promised beat lapsed
     errors: int = 0  # buckets that did not answer a peek
+    pending: int = 0  # buckets whose shard had not answered the poll in time (no news)
     restores: int = 0  # buckets handed to the migrator
 
     def summary(self) -> dict[str, int]:
@@ -151,10 +152,13 @@ class Fanout:
         else:
             whole = False
         lost: list[int] = []
-        due: list[tuple[int, int, int]] = []  # (bucket, backlog, lead)
+        due: list[tuple[int, int]] = []  # (bucket, backlog)
         cold_due: set[int] = set()
         for bucket in buckets:
             peek = peeks[bucket]
+            if isinstance(peek, PeekPending):  # its shard is slow to answer: no news
+                self.report.pending += 1
+                continue
             if isinstance(peek, Exception):
                 self.report.errors += not whole
                 self._down.setdefault(bucket, now)
@@ -169,27 +173,28 @@ class Fanout:
             cold = is_cold(ran, now)
             lead = LEAD_MS + (cold_lead_ms(peek.cold) if cold else 0)
             if peek.head is not None and peek.head <= now + lead:
-                due.append((bucket, max(1, peek.backlog), lead))
+                due.append((bucket, max(1, peek.backlog)))
                 if cold:
                     cold_due.add(bucket)
         if lost:
             self._restore(lost)
         starts: list[tuple[int, int]] = []
-        for bucket, backlog, lead in sorted(due, key=lambda d: d[1]):
+        for bucket, backlog in sorted(due, key=lambda d: d[1]):
             try:
-                starts += self._start(bucket, runs_wanted(backlog), now + lead + RUN_BEAT_MS, now)
+                starts += self._start(bucket, runs_wanted(backlog), now)
             except Exception:  # its shard refuses writes: the others go on
                 logger.warning("bucket %s not started", bucket, exc_info=True)
                 self.report.errors += 1
         self._invoke(starts, now, cold_due)
 
-    def _start(self, bucket: int, wanted: int, promise: int, now: int) -> list[tuple[int, int]]:
-        """Mark the free slots of the ``wanted`` first; a slot whose run's promise lapsed (it
-        died, or hangs in a slow call) is passed over for one more slot."""
+    def _start(self, bucket: int, wanted: int, now: int) -> list[tuple[int, int]]:
+        """Mark the free slots of the ``wanted`` first; a slot whose run's promised beat lapsed
+        (it died, or hangs in a slow call) is passed over for one more slot. A run not started
+        yet (queued, throttled) promised nothing: its marker expires after START_TTL_MS."""
         starts: list[tuple[int, int]] = []
         slot = 0
         while slot < wanted:
-            if self.deps.index.start_run(bucket, slot, self.token, START_TTL_MS, promise):
+            if self.deps.index.start_run(bucket, slot, self.token, START_TTL_MS):
                 starts.append((bucket, slot))
             elif (beat := self.deps.index.run_promise(bucket, slot)) is not None and (
                 beat < now - BEAT_SKEW_MS

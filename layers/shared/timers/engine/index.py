@@ -14,6 +14,7 @@ import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -122,6 +123,16 @@ class Peek(NamedTuple):
     cold: int | None
 
 
+SHARD_WAIT_S = 0.1
+"""How long a cluster-mode peek waits for each shard's answer. A shard failing over (its
+master dead, the replica not promoted yet) costs its own buckets their peek, never the other
+shards' buckets: each shard is peeked on its own, at once."""
+
+
+class PeekPending(Exception):
+    """The bucket's shard has not answered within SHARD_WAIT_S: no news this poll (not down)."""
+
+
 class RedisPort(Protocol):
     """The commands used; ``redis.Redis`` and ``redis.RedisCluster`` fit."""
 
@@ -154,8 +165,10 @@ class BucketIndex:
         self.bucket_count = bucket_count
         self._scripts = {
             name: Script(client, name)
-            for name in ("put", "lease", "finish", "peek", "check", "token", "swap")
+            for name in ("put", "lease", "finish", "check", "token", "swap")
         }
+        self._shard_pool: ThreadPoolExecutor | None = None
+        self._shard_peeks: dict[str, Future[dict[int, Peek | Exception]]] = {}
 
     def bucket_of(self, partition: int) -> int:
         return partition % self.bucket_count
@@ -260,20 +273,94 @@ class BucketIndex:
     # ---------------------------------------------------------------- the fan-out's side
 
     def peek(self, buckets: Sequence[int], until: int) -> dict[int, Peek | Exception]:
-        """Every bucket's head, backlog, sentinel and warmth in one round trip; a bucket whose
-        shard fails answers its error, and the others their peek."""
-        calls = [(self._keys(b), [until, keys.SENTINEL, keys.RAN, keys.COLD]) for b in buckets]
+        """Every bucket's head, sentinel and warmth in one round trip of plain commands (the
+        fan-out's idle cost: two a bucket), and the backlog of those due by ``until`` in a
+        second; a bucket whose shard fails answers its error, and the others their peek.
+
+        In cluster mode one failing node fails a whole pipeline (redis-py), so each shard's
+        buckets are peeked apart and at once: a shard that has not answered in SHARD_WAIT_S
+        answers PeekPending, and what its peek ends with (its buckets, or its error) at the
+        next poll."""
+        shards = self._shards(buckets)
+        if len(shards) <= 1:
+            return self._peek(buckets, until)
         out: dict[int, Peek | Exception] = {}
-        for bucket, got in zip(
-            buckets, self._eval("peek", calls, raise_on_error=False), strict=True
-        ):
-            if isinstance(got, Exception):
-                out[bucket] = got
+        asked: dict[str, Future[dict[int, Peek | Exception]]] = {}
+        for node, group in shards.items():
+            earlier = self._shard_peeks.get(node)
+            if earlier is not None and not earlier.done():
+                out.update(dict.fromkeys(group, PeekPending(node)))
+                continue
+            if earlier is not None:  # ended after its poll: its answer, a poll late (a shard
+                del self._shard_peeks[node]  # always slower than the wait is still dispatched)
+                out.update(earlier.result())
+                continue
+            asked[node] = self._peek_pool().submit(self._peek_or_errors, group, until)
+        wait(asked.values(), timeout=SHARD_WAIT_S)
+        for node, future in asked.items():
+            if future.done():
+                out.update(future.result())
             else:
-                head, count, sentinel, ran, cold = got
-                out[bucket] = Peek(
-                    _score(head), int(count), sentinel and _text(sentinel), _int(ran), _int(cold)
-                )
+                self._shard_peeks[node] = future
+                out.update(dict.fromkeys(shards[node], PeekPending(node)))
+        return out
+
+    def _shards(self, buckets: Sequence[int]) -> dict[str, list[int]]:
+        """The buckets by the node serving them (one group for a plain Redis)."""
+        node_of = getattr(self.client, "get_node_from_key", None)
+        if node_of is None:
+            return {"": list(buckets)}
+        shards: dict[str, list[int]] = defaultdict(list)
+        for b in buckets:
+            try:
+                shards[node_of(keys.due(b)).name].append(b)
+            except Exception:  # the slot's owner is not known yet: peeked with the unknown
+                shards[""].append(b)
+        return shards
+
+    def _peek_pool(self) -> ThreadPoolExecutor:
+        if self._shard_pool is None:
+            self._shard_pool = ThreadPoolExecutor(8, thread_name_prefix="peek")
+        return self._shard_pool
+
+    def _peek_or_errors(self, buckets: Sequence[int], until: int) -> dict[int, Peek | Exception]:
+        try:
+            return self._peek(buckets, until)
+        except Exception as exc:  # the shard's node is down or failing over
+            return dict.fromkeys(buckets, exc)
+
+    def _peek(self, buckets: Sequence[int], until: int) -> dict[int, Peek | Exception]:
+        pipe = self.client.pipeline(transaction=False)
+        for b in buckets:
+            due, data = self._keys(b)
+            pipe.execute_command(
+                "ZRANGEBYSCORE", due, "-inf", f"({NOTED}", "WITHSCORES", "LIMIT", 0, 1
+            )
+            pipe.execute_command("HMGET", data, keys.SENTINEL, keys.RAN, keys.COLD)
+        got = pipe.execute(raise_on_error=False)
+        out: dict[int, Peek | Exception] = {}
+        ready: list[int] = []  # due by ``until``: their backlog is counted
+        for i, bucket in enumerate(buckets):
+            first, fields = got[2 * i], got[2 * i + 1]
+            if isinstance(first, Exception) or isinstance(fields, Exception):
+                out[bucket] = first if isinstance(first, Exception) else fields
+                continue
+            pair = first[0] if first and isinstance(first[0], list | tuple) else first  # RESP3
+            head = _score(pair[1]) if pair else None
+            sentinel, ran, cold = fields
+            out[bucket] = Peek(head, 0, sentinel and _text(sentinel), _int(ran), _int(cold))
+            if head is not None and head <= until:
+                ready.append(bucket)
+        if ready:
+            pipe = self.client.pipeline(transaction=False)
+            for b in ready:
+                pipe.execute_command("ZCOUNT", keys.due(b), "-inf", until)
+            for bucket, count in zip(ready, pipe.execute(raise_on_error=False), strict=True):
+                peek = out[bucket]
+                if isinstance(count, Exception):
+                    out[bucket] = count
+                elif isinstance(peek, Peek):
+                    out[bucket] = peek._replace(backlog=int(count))
         return out
 
     def start_run(

@@ -10,3 +10,14 @@ local function bulk(cmd, key, args)
   end
   return out
 end
+
+-- A script's changes to its bucket, one command each: the dropped members out of both keys,
+-- then the new cards and scores.
+local function apply(due, data, drops, sets, scores)
+  if #drops > 0 then
+    bulk('HDEL', data, drops)
+    bulk('ZREM', due, drops)
+  end
+  if #sets > 0 then bulk('HSET', data, sets) end
+  if #scores > 0 then bulk('ZADD', due, scores) end
+end

@@ -33,12 +33,7 @@ for k, member in ipairs(members) do
     end
   end
 end
-if #drops > 0 then
-  bulk('HDEL', data, drops)
-  bulk('ZREM', due, drops)
-end
-if #sets > 0 then bulk('HSET', data, sets) end
-if #scores > 0 then bulk('ZADD', due, scores) end
+apply(due, data, drops, sets, scores)
 -- the earliest member's score (ended-chain notes, from NOTED = 1e13 on, are no members)
 local first = redis.call('ZRANGEBYSCORE', due, '-inf', '(10000000000000', 'LIMIT', 0, 1, 'WITHSCORES')
 return first[2] or '-1'

@@ -40,10 +40,5 @@ for k, member in ipairs(members) do
     stored = stored + 1
   end
 end
-if #drops > 0 then
-  bulk('HDEL', data, drops)
-  bulk('ZREM', due, drops)
-end
-if #sets > 0 then bulk('HSET', data, sets) end
-if #scores > 0 then bulk('ZADD', due, scores) end
+apply(due, data, drops, sets, scores)
 return {stored, first}
