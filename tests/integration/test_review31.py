@@ -1,0 +1,82 @@
+"""An adversarial review of branch ``controls``: reset, run now, the retry policy, tenant keys
+and usage. Each test shows one defect that loses, duplicates, delays or fires early a timer, or
+breaks the contract of reset / run now / retry (docs/fire-path.md, /work/shared/api-contract.md
+"Reset, run now, retry policy, keys, usage"). Each is a strict xfail until its defect is fixed;
+the reason says what breaks.
+
+Fixtures and helpers: the trigger's rig (test_trigger.py), the api harness, a FakeClock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
+    Rig,
+    rig,
+    until_armed,
+)
+from tests.support.clock import T0
+from timers.core.times import format_ms
+
+pytestmark = pytest.mark.integration
+
+
+def slow_run_now(on: Rig, meanwhile: Any, then_ms: int) -> None:
+    """The next run now reads its timer, then ``meanwhile`` happens (another request: a change
+    committed), then the run's clock reads ``then_ms`` (the request took that long) and it
+    claims its position."""
+    extras = on.api.runtime.service.extras
+    assert extras is not None
+    owner = extras.new_owner
+
+    def new_owner() -> str:  # Extras.run: called after the timer was read, before the claim
+        extras.new_owner = owner
+        meanwhile()
+        on.clock.now = then_ms
+        return owner()
+
+    extras.new_owner = new_owner
+
+
+# ---------------------------------------------------------------- run now racing a change
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review: run now claims a position picked against a stale plan; a PATCH committed "
+    "meanwhile starting there gets the extra fire's entry (end, n 0): the cron timer completes, "
+    "every later fire lost",
+)
+def test_a_run_now_racing_a_schedule_change_never_ends_the_new_schedule(
+    rig: Rig,  # noqa: F811
+) -> None:
+    """Run now picks its position against the timer it read (not an occurrence of *that*
+    plan) and claims it unconditionally; a PATCH committed in between whose new schedule
+    starts at that very millisecond leaves the chain's first position holding the extra fire's
+    entry (``end``, n 0): the walk reads it as the chain's last fire, the timer completes, and
+    every later occurrence of the new schedule is lost."""
+    api = rig.api
+    timer = api.create(schedule={"type": "every", "seconds": 7})  # 10:00:07, :14, ... :56, 01:03
+    path = f"/v1/timers/{timer['id']}"
+    rig.clock.now = T0 + 59_999
+
+    def patch() -> None:
+        cron = {"type": "cron", "expression": "* * * * *"}
+        reply = api.call("PATCH", path, body={"schedule": cron})
+        assert reply.status == 200, reply.body
+        assert reply.body["next_fire_at"] == format_ms(T0 + 60_000)  # 10:01:00
+
+    slow_run_now(rig, patch, then_ms=T0 + 60_000)  # a millisecond later
+    ran = api.call("POST", f"{path}/run")
+    assert ran.status == 202, ran.body
+    assert ran.body["fire_id"] == f"{timer['id']}:{T0 + 60_000}"  # the new schedule's first id
+    for minute in (1, 2, 3):
+        until_armed(rig, T0 + minute * 60_000)
+        rig.run_until_idle()
+    shown = rig.timer(timer["id"])
+    assert (shown["status"], shown["next_fire_at"]) == ("active", format_ms(T0 + 240_000)), shown
+    scheduled = sorted(s.scheduled for s in rig.sqs.sent)  # the trigger's sends
+    assert scheduled[-2:] == [T0 + 120_000, T0 + 180_000]  # got: completed, fire_count 0
