@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import boto3
 import pytest
 
 from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
+    RecordingSqs,
     Rig,
     rig,
     until_armed,
@@ -80,6 +82,34 @@ def test_a_run_now_racing_a_schedule_change_never_ends_the_new_schedule(
     assert (shown["status"], shown["next_fire_at"]) == ("active", format_ms(T0 + 240_000)), shown
     scheduled = sorted(s.scheduled for s in rig.sqs.sent)  # the trigger's sends
     assert scheduled[-2:] == [T0 + 120_000, T0 + 180_000]  # got: completed, fire_count 0
+
+
+# ---------------------------------------------------------------- run now: never early
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review: run now's never-early wait and its fire id use the api host's clock, "
+    "not the reference: an api host 300 ms ahead sends a fire 300 ms before its scheduled_at",
+)
+def test_a_run_now_is_never_early_whatever_the_api_hosts_clock_says(
+    rig: Rig,  # noqa: F811
+) -> None:
+    """The trigger never trusts its host's clock (test_never_early_whatever_the_host_clock_says:
+    ±1.5 s); run now does: the position is the api host's now and it sends once that host's
+    clock reached it. The api's clock is ``wall_clock_ms`` in production."""
+    api = rig.api
+    timer = api.create(schedule={"type": "every", "seconds": 60})
+    extras = api.runtime.service.extras
+    assert extras is not None
+    sqs = RecordingSqs(boto3.client("sqs"), rig.clock)  # sends at the reference time
+    extras.sqs = lambda: sqs
+    extras.clock = lambda: rig.clock() + 300  # the api host's clock: 300 ms ahead
+    rig.clock.now = T0 + 10_000
+    ran = api.call("POST", f"/v1/timers/{timer['id']}/run")
+    assert ran.status == 202, ran.body
+    (sent,) = sqs.sent
+    assert sent.at >= sent.scheduled, f"sent {sent.scheduled - sent.at} ms before its due time"
 
 
 # ---------------------------------------------------------------- usage
