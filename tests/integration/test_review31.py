@@ -20,8 +20,10 @@ from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
     rig,
     until_armed,
 )
+from tests.integration.test_webhooks import DAY_MS, Delivery, delivery  # noqa: F401
 from tests.support.clock import T0
 from timers.core.times import format_ms
+from timers.core.webhooks import Webhook
 
 pytestmark = pytest.mark.integration
 
@@ -153,3 +155,37 @@ def test_a_change_meeting_a_claimed_last_fire_leaves_no_phantom_active_timer(
     used = api.call("GET", "/v1/tenant/usage").body
     assert used["fires"]["enqueued"] == 1
     assert used["active_timers"] == 0
+
+
+# ---------------------------------------------------------------- retry policy
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review: a retry policy with max_attempts only ages from the first attempt; a fire "
+    "that never gets a slot is deferred for ever instead of failing 86400 s after its due time",
+)
+def test_a_retry_policy_without_max_age_still_fails_a_fire_a_day_after_it_was_due(
+    delivery: Delivery,  # noqa: F811
+) -> None:
+    """The contract's default max_age_seconds is 86400 after the fire was due. A policy giving
+    only ``max_attempts`` ages from the *first attempt* (RetryPolicy.spent): a fire that never
+    got a slot (its tenant's cap on the origin held) has none, so ``no_slot`` defers it for
+    ever - without a policy the same fire fails a day after its due time."""
+    d = delivery
+    url = d.server.on("/busy", 200)
+    origin = Webhook(url).origin
+    held = [d.slots.acquire("acme", origin, d.rig.clock()) for _ in range(8)]
+    assert all(held)
+    timer_id = d.fire(url, retry={"max_attempts": 5})
+    assert d.handle(d.receive()) == []  # no slot: deferred (a fresh copy)
+    (fire,) = d.history(timer_id)
+    assert (fire["status"], fire["attempts"]) == ("enqueued", 0)
+    d.rig.clock.advance(DAY_MS + 1_000)  # a day after the fire was due; the cap still held
+    now = d.rig.clock()
+    held += [d.slots.acquire("acme", origin, now) for _ in range(8)]
+    assert d.slots.acquire("acme", origin, now) is None
+    assert d.handle(d.receive()) == []
+    (fire,) = d.history(timer_id)
+    assert fire["status"] == "failed", fire  # got: deferred again, for ever
+    assert d.server.received == []
