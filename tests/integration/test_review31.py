@@ -14,15 +14,21 @@ from typing import Any
 import boto3
 import pytest
 
+from tests.integration.api_harness import SETTINGS
 from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
+    LAPSE_MS,
     FlakyLog,
+    Kill,
     RecordingSqs,
     Rig,
+    after,
+    kill_at,
     rig,
     until_armed,
 )
 from tests.integration.test_webhooks import DAY_MS, Delivery, delivery  # noqa: F401
 from tests.support.clock import T0
+from timers.adapters.usage import UsageCounters
 from timers.core.times import format_ms
 from timers.core.webhooks import Webhook
 
@@ -204,6 +210,38 @@ def test_a_record_whose_answer_was_lost_is_still_counted_in_usage(
     assert [f["status"] for f in rig.fires(timer["id"])] == ["enqueued"] * 3
     used = api.call("GET", "/v1/tenant/usage").body
     assert used["fires"]["enqueued"] == 3  # got: 2
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review: two copies of one HTTP fire in a delivery batch both count 'delivered' "
+    "(the losing copy's record write fails, its outcome is counted anyway)",
+)
+def test_a_fire_delivered_by_two_copies_of_its_message_is_counted_once(
+    delivery: Delivery,  # noqa: F811
+) -> None:
+    """The fire path's duplicate window (a run killed after its send) puts an HTTP fire on the
+    delivery queue twice. The consumer may get it twice (webhook-id dedupes), but the usage of
+    the month counts each fire recorded once: here the copies meet in one batch, both pass
+    ``check`` (nothing recorded yet), both POST, one delivery record wins - and both are
+    counted delivered."""
+    d = delivery
+    d.deps.usage = UsageCounters(SETTINGS.claims_table)
+    url = d.server.on("/twice", 200)
+    made = d.rig.api.create(schedule=after(1), target={"url": url})
+    d.rig.clock.now = T0 + 1_010
+    with pytest.raises(Kill):
+        d.rig.run(hooks=kill_at("sent"), delivery_queue_url=d.queue)
+    d.rig.clock.advance(LAPSE_MS)
+    d.rig.run_until_idle(delivery_queue_url=d.queue)  # the takeover sends it again
+    copies = d.receive()
+    copies += d.receive()
+    assert len(copies) == 2
+    assert d.handle(copies) == []
+    (fire,) = d.history(made["id"])
+    assert fire["status"] == "delivered"
+    used = d.rig.api.call("GET", "/v1/tenant/usage").body
+    assert used["fires"]["delivered"] == 1  # got: 2
 
 
 # ---------------------------------------------------------------- keys
