@@ -93,7 +93,36 @@ def test_a_run_now_racing_a_schedule_change_never_ends_the_new_schedule(
     assert scheduled[-2:] == [T0 + 120_000, T0 + 180_000]  # got: completed, fire_count 0
 
 
-# ---------------------------------------------------------------- run now: never early
+@pytest.mark.xfail(
+    strict=True,
+    reason="review: run now's claim is not conditional on the timer: a DELETE committed "
+    "between its read and its claim answers 204, then the deleted timer fires",
+)
+def test_a_timer_deleted_before_run_now_claims_is_never_sent_after_the_delete_answers(
+    rig: Rig,  # noqa: F811
+) -> None:
+    """Changes win: a fire claimed before a change may still go (R5), but run now claims
+    *after* the DELETE committed - nothing orders its claim with the change - and sends the
+    deleted timer's payload after the 204."""
+    api = rig.api
+    timer = api.create(schedule={"type": "every", "seconds": 60}, payload="secret")
+    path = f"/v1/timers/{timer['id']}"
+    extras = api.runtime.service.extras
+    assert extras is not None
+    sqs = RecordingSqs(boto3.client("sqs"), rig.clock)
+    extras.sqs = lambda: sqs
+    rig.clock.now = T0 + 10_000
+    deleted_at: list[int] = []
+
+    def delete() -> None:
+        assert api.call("DELETE", path).status == 204
+        deleted_at.append(rig.clock())
+
+    slow_run_now(rig, delete, then_ms=T0 + 10_001)
+    ran = api.call("POST", f"{path}/run")
+    assert api.call("GET", path).status == 404
+    late = [s for s in sqs.sent if s.at >= deleted_at[0]]
+    assert late == [], (ran.status, late)
 
 
 @pytest.mark.xfail(
