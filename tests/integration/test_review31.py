@@ -126,6 +126,9 @@ def test_a_timer_deleted_before_run_now_claims_is_never_sent_after_the_delete_an
     assert late == [], (ran.status, late)
 
 
+# ---------------------------------------------------------------- run now: never early
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="review: run now's never-early wait and its fire id use the api host's clock, "
@@ -307,6 +310,46 @@ def test_a_slow_usage_write_does_not_make_the_next_fires_late(
 
 @pytest.mark.xfail(
     strict=True,
+    reason="review: a change counts usage (status_moved) before its fast path puts the new "
+    "card in Redis: a slow usage write leaves a reset paused timer's next fire late",
+)
+def test_a_slow_usage_write_does_not_delay_a_changed_timers_card(
+    rig: Rig,  # noqa: F811
+) -> None:
+    """``Changes._attempt`` calls ``moved`` (``TimerService.status_moved``: a usage UpdateItem)
+    after the transaction and before ``_sync``, the fast path that puts the timer's card in
+    Redis. While that write is slow (throttled, retried) the trigger runs and finds nothing to
+    lease; the reset timer's first fire, due meanwhile, goes out late (and, should the api time out
+    in it, only when the migrator's next cycle lists it)."""
+    api = rig.api
+    timer = api.create(schedule={"type": "every", "seconds": 1})
+    assert api.call("POST", f"/v1/timers/{timer['id']}/pause").status == 200
+    usage = api.runtime.service.usage
+    assert usage is not None
+    real_add = usage.add
+
+    def throttled(*args: Any, **kwargs: Any) -> None:
+        until_armed(rig, T0 + 11_000)  # meanwhile the fan-out starts the bucket's run
+        rig.run()
+        rig.clock.now = T0 + 11_500  # a throttled UpdateItem and botocore's retries
+        real_add(*args, **kwargs)
+
+    rig.clock.now = T0 + 10_000
+    usage.add = throttled  # type: ignore[method-assign]
+    reset = api.call("POST", f"/v1/timers/{timer['id']}/reset")  # paused -> active: +1
+    usage.add = real_add  # type: ignore[method-assign]
+    assert reset.body["next_fire_at"] == format_ms(T0 + 11_000)
+    rig.run_until_idle()
+    (first, *_) = rig.sqs.sent
+    assert first.scheduled == T0 + 11_000
+    assert first.at - first.scheduled <= 100, first  # got: 500 ms late
+
+
+# ---------------------------------------------------------------- keys
+
+
+@pytest.mark.xfail(
+    strict=True,
     reason="review: a revoke commits the key's delete before the revocation count; a failed "
     "count write leaves the key off the list (a retry is 404) yet accepted for 30 s",
 )
@@ -380,6 +423,9 @@ def test_a_revoked_key_read_once_from_a_stale_replica_is_not_trusted_for_30_s(
     monkeypatch.setattr(model, "get", real_get)  # every replica caught up
     rig.clock.advance(1_500)  # 2 s after the revocation
     assert api.call("GET", "/v1/tenant", key=leaked).status == 401  # got: 200 for 30 s
+
+
+# ---------------------------------------------------------------- retry policy
 
 
 @pytest.mark.xfail(
