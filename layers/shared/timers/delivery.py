@@ -120,6 +120,7 @@ class Outcome:
     verdict: str  # delivered | retry | deferred | failed | duplicate | invalid | dead_lettered
     retry_in_s: int | None = None
     reason: str | None = None
+    recorded: bool = False  # this copy's delivery record won: its verdict is the fire's (usage)
 
 
 @dataclass
@@ -241,12 +242,7 @@ def no_slot(ready: Ready, deps: DeliveryDeps) -> Outcome:
         delay = defer_wait_s(deferrals(ready.message), deps.jitter())
         deps.requeue(ready.message, delay)  # then this copy is deleted: a fresh receive count
         return Outcome("deferred", reason=f"back in {delay} s")
-    reason = f"gave up after {state.attempts} attempts: concurrency_cap"
-    failed = _failed(state, reason, ready.message, now)
-    if deps.records.write_delivery(ready.ref, failed, ready.before):
-        _record_failure(ready.message, failed, deps)
-    deps.dead_letter(ready.message, reason)
-    return Outcome("failed", reason=reason)
+    return _give_up(ready, f"gave up after {state.attempts} attempts: concurrency_cap", deps)
 
 
 def post(ready: Ready, deps: DeliveryDeps) -> Outcome:
@@ -282,7 +278,9 @@ def post(ready: Ready, deps: DeliveryDeps) -> Outcome:
                 reason = f"gave up after {after.attempts} attempts ({why}): {attempt.label}"
         after = _failed(after, reason, message, now)
         outcome = Outcome("failed", reason=reason)
-    if not deps.records.write_delivery(ref, after, ready.before):
+    recorded = deps.records.write_delivery(ref, after, ready.before)
+    outcome = replace(outcome, recorded=recorded)
+    if not recorded:
         # Another copy of this message counted an attempt meanwhile: its record stands, and
         # this outcome still holds for this copy (SQS's at-least-once; the consumer dedupes
         # on webhook-id).
@@ -298,15 +296,21 @@ def post(ready: Ready, deps: DeliveryDeps) -> Outcome:
 
 def _spent(ready: Ready, why: str, deps: DeliveryDeps) -> Outcome:
     """The retry policy's budget ran out while the message waited: failed, with no POST."""
-    state, now = ready.state, deps.clock()
+    state = ready.state
     last = f": http {state.last_status}" if state.last_status is not None else (
         f": {state.last_error}" if state.last_error else "")  # fmt: skip
-    reason = f"gave up after {state.attempts} attempts ({why}){last}"
-    failed = _failed(state, reason, ready.message, now)
-    if deps.records.write_delivery(ready.ref, failed, ready.before):
+    return _give_up(ready, f"gave up after {state.attempts} attempts ({why}){last}", deps)
+
+
+def _give_up(ready: Ready, reason: str, deps: DeliveryDeps) -> Outcome:
+    """Failed for ``reason`` without a further POST; recorded unless another copy wrote
+    first (then that copy's record stands and counts)."""
+    failed = _failed(ready.state, reason, ready.message, deps.clock())
+    recorded = deps.records.write_delivery(ready.ref, failed, ready.before)
+    if recorded:
         _record_failure(ready.message, failed, deps)
     deps.dead_letter(ready.message, reason)
-    return Outcome("failed", reason=reason)
+    return Outcome("failed", reason=reason, recorded=recorded)
 
 
 def _failed(state: DeliveryState, reason: str, message: Message, now_ms: int) -> DeliveryState:
@@ -420,16 +424,17 @@ def deliver_batch(messages: Sequence[Message], deps: DeliveryDeps) -> BatchRepor
 def _count(
     checked: Sequence[Outcome | Ready], outcomes: Mapping[str, Outcome], deps: DeliveryDeps
 ) -> None:
-    """Add the batch's delivered and failed fires to their tenants' usage (one ADD each)."""
+    """Add the batch's delivered and failed fires to their tenants' usage (one ADD each):
+    those whose record this batch wrote, so two copies of one fire count once."""
     if deps.usage is None:
         return
     counts: dict[str, dict[str, int]] = {}
     for ready in checked:
         if not isinstance(ready, Ready):
             continue
-        verdict_ = outcomes.get(ready.message.message_id, Outcome("error")).verdict
-        if verdict_ in ("delivered", "failed"):
-            counts.setdefault(ready.tenant, {"delivered": 0, "failed": 0})[verdict_] += 1
+        outcome = outcomes.get(ready.message.message_id, Outcome("error"))
+        if outcome.recorded and outcome.verdict in ("delivered", "failed"):
+            counts.setdefault(ready.tenant, {"delivered": 0, "failed": 0})[outcome.verdict] += 1
     try:
         month = month_of(deps.clock())
         for tenant, given in counts.items():

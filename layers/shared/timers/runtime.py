@@ -293,7 +293,10 @@ def build_runtime(
     usage = UsageCounters(s.claims_table)
     extras = Extras(
         w.log,
+        w.timers,
         clock,
+        # the trigger's reference (Redis TIME); a test's clock is the reference itself
+        (lambda: redis_time_ms(w.redis)) if clock is wall_clock_ms else clock,
         sqs_client,
         s.delivery_queue_url,
         s.fire_retention_days * DAY_MS,

@@ -345,10 +345,13 @@ class TimerService:
         not counted toward max_fires, whatever the timer's status (timers.engine.extra)."""
         if self.extras is None:
             raise InvalidState("run now is not available here")
-        stored = self._load(tenant, timer_id)
-        _, cursor = self.changes.current(stored)
-        pos, entry = self.extras.run(stored, cursor.pos)
-        return fire_view(stored.id, pos, entry)  # an HTTP target's: on the delivery queue
+
+        def load() -> tuple[Timer, int | None]:
+            stored = self._load(tenant, timer_id)
+            return stored, self.changes.current(stored)[1].pos
+
+        timer, pos, entry = self.extras.run(load)
+        return fire_view(timer.id, pos, entry)  # an HTTP target's: on the delivery queue
 
     def preview(self, plan: Plan, count: int) -> dict[str, Any]:
         return {"fire_times": [format_ms(ms) for ms in preview(plan, count)]}

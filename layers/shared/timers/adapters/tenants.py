@@ -223,7 +223,9 @@ class TenantStore:
         if not api_key:
             return None
         try:
-            key = self.models.api_key.get(f"KEY#{_hash(api_key)}")
+            # consistent: a replica's stale "still there" just after a revocation would be
+            # remembered by this sandbox after it read the moved count
+            key = self.models.api_key.get(f"KEY#{_hash(api_key)}", consistent_read=True)
         except self.models.api_key.DoesNotExist:
             return None
         try:
@@ -298,7 +300,6 @@ class TenantStore:
         key_item = self.models.api_key(f"KEY#{gone.digest}", tenant=name, key_id=key_id,
                                        created_ms=gone.created_ms)  # fmt: skip
         self._transact_keys(tenant, [k for k in keys if k is not gone], delete=key_item)
-        self._count_revocation()
 
     def _transact_keys(
         self,
@@ -315,14 +316,18 @@ class TenantStore:
                 tx.update(tenant, actions=[held.set(_keys_json(keys))], condition=condition)
                 if save is not None:
                     tx.save(save, condition=self.models.api_key.pk.does_not_exist())
-                if delete is not None:
+                if delete is not None:  # and counted with it: one commit, or neither
                     tx.delete(delete)
+                    self._count_revocation(tx)
         except TransactWriteError as exc:
             raise ConcurrentUpdate("the tenant's keys changed meanwhile; retry") from exc
 
-    def _count_revocation(self) -> None:
-        self.models.revocations(REVOCATIONS_PK).update(
-            actions=[self.models.revocations.revoked.add(1)]
+    def _count_revocation(self, tx: TransactWrite) -> None:
+        """In the revoking transaction: a key is never gone while the count stands still
+        (every sandbox would keep trusting it for AUTH_CACHE_MS)."""
+        tx.update(
+            self.models.revocations(REVOCATIONS_PK),
+            actions=[self.models.revocations.revoked.add(1)],
         )
 
     def revocation_count(self) -> int:
@@ -411,15 +416,22 @@ class TenantStore:
 
     def revoke_key(self, api_key: str) -> bool:
         """Delete a key and count the revocation (what tells every api sandbox to forget the keys
-        it remembers); returns False if it was unknown. Counted after the delete: a sandbox that
-        sees the new count and looks the key up again finds it gone."""
+        it remembers); returns False if it was unknown. The delete and the count are one
+        transaction: a sandbox that sees the new count and looks the key up again finds it
+        gone."""
         digest = _hash(api_key)
         try:
             key = self.models.api_key.get(f"KEY#{digest}", consistent_read=True)
+            with TransactWrite(connection=key._get_connection().connection) as tx:
+                tx.delete(key, condition=self.models.api_key.pk.exists())
+                self._count_revocation(tx)
         except self.models.api_key.DoesNotExist:
             return False
-        key.delete()
-        self._count_revocation()
+        except TransactWriteError as exc:
+            reasons = [r.code for r in exc.cancellation_reasons or [] if r is not None]
+            if "ConditionalCheckFailed" not in reasons:
+                raise
+            return False  # revoked meanwhile by another
         try:  # off the tenant's list too (an operator may revoke its last key)
             tenant = self._get_item(key.tenant)
             self._relist(tenant, [k for k in _keys(tenant.api_keys) if k.digest != digest])

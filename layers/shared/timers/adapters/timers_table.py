@@ -340,6 +340,18 @@ class TimerStore(LowLevelClient):
             writes.append({"Delete": {"TableName": self.table, "Key": payload_key}})
         return writes
 
+    def unchanged_check(self, timer: Timer) -> dict[str, Any]:
+        """A TransactWriteItems element: ``timer`` is still stored at its revision."""
+        return {
+            "ConditionCheck": {
+                "TableName": self.table,
+                "Key": {"tenant": {"S": timer.tenant}, "timer_id": {"S": timer.id}},
+                "ConditionExpression": "#rev = :rev",
+                "ExpressionAttributeNames": {"#rev": "rev"},
+                "ExpressionAttributeValues": {":rev": {"N": str(timer.rev)}},
+            }
+        }
+
     def transact(self, writes: Sequence[dict[str, Any]]) -> None:
         """Run a change transaction; a failed condition becomes ConcurrentUpdate."""
         try:

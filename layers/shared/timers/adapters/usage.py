@@ -95,18 +95,21 @@ class UsageCounters(LowLevelClient):
         }
 
 
-def fire_counts(
-    recorded: list[tuple[str, int, int, bool, bool]],
-) -> dict[tuple[str, str], dict[str, int]]:
-    """(tenant, due ms, recorded at ms, enqueued (else failed), its timer's chain ended) of
-    recorded fires -> counts per (tenant, month of the record)."""
+FINISHED = ("d", "f", "k")  # a fire log entry's states of a recorded fire: sent, failed, skipped
+Recorded = tuple[str, int, int, str, bool]
+"""A recorded fire: tenant, due ms, recorded at ms, its entry's state, its chain ended."""
+
+
+def fire_counts(recorded: list[Recorded]) -> dict[tuple[str, str], dict[str, int]]:
+    """Recorded fires -> counts per (tenant, month of the record). A skipped fire (misfire
+    ``skip``) counts nothing but the end of its chain."""
     out: dict[tuple[str, str], dict[str, int]] = {}
-    for tenant, due, at, enqueued, ended in recorded:
+    for tenant, due, at, state, ended in recorded:
         counts = out.setdefault((tenant, month_of(at)), dict.fromkeys(COUNTS, 0))
         counts["active"] -= ended
-        if enqueued:
+        if state == "d":
             counts["enqueued"] += 1
             counts["late_1s"] += at - due > LATE_MS
-        else:
+        elif state == "f":
             counts["failed"] += 1
     return out

@@ -426,14 +426,15 @@ class RetryPolicy:
     ) -> str | None:
         """Why no further POST is made (``max_attempts``, ``max_age``), or None: ``attempts``
         made in this budget, which started at ``budget_from_ms`` (the due time, or the
-        redelivery); without an age bound, the default budget from the first attempt."""
+        redelivery); without an age bound, the default budget from the first attempt (from
+        ``budget_from_ms`` while none was made: a fire that never got a slot fails too)."""
         if self.max_attempts is not None and attempts >= self.max_attempts:
             return "max_attempts"
         if self.max_age_s is not None:
             if now_ms - budget_from_ms >= self.max_age_s * 1000:
                 return "max_age"
-        elif first_ms is not None and gives_up(first_ms, now_ms, default_for_ms):
-            return "max_age"
+        elif gives_up(first_ms if first_ms is not None else budget_from_ms, now_ms, default_for_ms):
+            return "max_age"  # the default budget: from the first attempt, else the due time
         return None
 
     def deadline_ms(self, budget_from_ms: int) -> int | None:

@@ -248,9 +248,12 @@ class Changes:
                 ]
         writes[:0] = self.timers.change_writes(stored, kept)
         self.timers.transact(writes)
-        if self.moved is not None:
-            self.moved(tenant, base.status, None if after is None else after.status)
         self._sync(stored, kept, rev, adopted=owed is not None)
+        if self.moved is not None:  # after the fast path: counting never delays a fire
+            # from the status shown before, an owed fire still active: a last fire adopted
+            # here is the change's to count (its run sees the change's revision and does not)
+            before = resolved(stored, cursor).status
+            self.moved(tenant, before, None if after is None else after.status)
         if kept is None:
             return None
         return kept, Cursor(kept.next_fire_ms, kept.fire_count, kept.last_fire_pos, owed)

@@ -35,6 +35,7 @@ from timers.core.schedule import first_fire, is_recurring, next_fire
 from timers.core.timer import Timer
 from timers.engine.entries import Entry, EntryRef, entry_ref
 from timers.engine.log import TTL, TTL_MARGIN_S, FireLog
+from timers.engine.trigger import ClockSync
 from timers.sending import Delivery, Sender, SqsPort
 
 log = logging.getLogger(__name__)
@@ -58,12 +59,18 @@ def occurs_at(timer: Timer, pos: int) -> bool:
     return first_fire(timer.plan) == pos
 
 
+Load = Callable[[], tuple[Timer, int | None]]
+"""The stored timer (consistent) and its cursor's position; NotFound once it is gone."""
+
+
 @dataclass
 class Extras:
     """Extra fires: run one now, list a timer's."""
 
     log: FireLog
-    clock: Callable[[], int]
+    timers: Any  # the timers table (timers.adapters.timers_table.TimerStore)
+    clock: Callable[[], int]  # this host's
+    reference: Callable[[], int]  # the reference time (Redis TIME): the trigger's
     sqs: Callable[[], SqsPort]  # built on first use (the api's cold start needs no SQS)
     delivery_queue_url: str = ""
     retention_ms: int = 0
@@ -71,18 +78,23 @@ class Extras:
     new_owner: Callable[[], str] = field(default=lambda: "api-" + uuid.uuid4().hex[:12])
     usage: Any = None  # the tenants' usage counters (timers.adapters.usage; None: not counted)
 
-    def run(self, timer: Timer, cursor_pos: int | None) -> tuple[int, Entry]:
-        """Fire ``timer`` (the stored one: its current target and payload) once now; returns
+    def run(self, load: Load) -> tuple[Timer, int, Entry]:
+        """Fire the timer ``load`` reads (its current target and payload) once now; returns it,
         the position and its recorded entry (sent, or failed with the reason)."""
+        timer, cursor_pos = load()
         owner = self.new_owner()
-        pos, ref, entry = self._claim(timer, cursor_pos, owner)
+        sync = ClockSync(self.clock, self.reference)  # never early: the trigger's clock
+        sync.measure()
+        if not sync.trusted:
+            raise ConcurrentUpdate("the service's clock cannot be checked now; retry")
+        timer, pos, ref, entry = self._claim(timer, cursor_pos, owner, sync.now(), load)
         self._list(timer, pos)
-        while self.clock() < pos:  # never early: the position may be a few ms ahead
-            self.sleep((pos - self.clock()) / 1000)
+        while (left := pos - sync.lower()) >= 0:  # the position may be a few ms ahead
+            self.sleep((left + 1) / 1000)
         delivery = Delivery(timer, pos, ref=ref)
         sender = Sender(
             sqs=self.sqs(),
-            clock=self.clock,
+            clock=sync.now,
             sleep=self.sleep,
             may_attempt=lambda _: True,  # the api's own timeout bounds it
             delivery_queue_url=self.delivery_queue_url,
@@ -93,25 +105,27 @@ class Extras:
             state="d" if delivery.enqueued_ms is not None else "f",
             owner=None,
             until=None,
-            enqueued=delivery.enqueued_ms if delivery.enqueued_ms is not None else self.clock(),
+            enqueued=delivery.enqueued_ms if delivery.enqueued_ms is not None else sync.now(),
             reason=None if delivery.enqueued_ms is not None else delivery.failure or "not sent",
             hook=timer.webhook is not None,
         )
         if not self.log.record(ref[0], owner, {ref[1]: done}):
             raise ConcurrentUpdate("the extra fire's claim was taken meanwhile")
-        if self.usage is not None and done.enqueued is not None:
-            row = (timer.tenant, pos, done.enqueued, done.state == "d", False)
+        if self.usage is not None:
             try:
-                for (tenant, month), counts in fire_counts([row]).items():
+                recorded = (timer.tenant, pos, done.enqueued or pos, done.state, False)
+                for (tenant, month), counts in fire_counts([recorded]).items():
                     self.usage.add(tenant, month, counts)
             except Exception:  # counting never fails the request: the fire went
                 log.warning("usage not counted", exc_info=True)
-        return pos, done
+        return timer, pos, done
 
     def _claim(
-        self, timer: Timer, cursor_pos: int | None, owner: str
-    ) -> tuple[int, EntryRef, Entry]:
-        now = self.clock()
+        self, timer: Timer, cursor_pos: int | None, owner: str, now: int, load: Load
+    ) -> tuple[Timer, int, EntryRef, Entry]:
+        """Claim a position nobody holds, at ``now`` or just after, in one transaction with
+        the timer unchanged: a change (or delete) committed after ``timer`` was read makes it
+        fail, and the position is picked again against the timer as it now is."""
         pos = now
         for _ in range(CLAIM_TRIES):
             while pos == cursor_pos or occurs_at(timer, pos):
@@ -125,8 +139,12 @@ class Extras:
                 self.log.seal(at.key)
                 continue
             entry = Entry("p", timer.rev, owner=owner, until=now + EXTRA_CLAIM_MS, end=True)
-            if self.log.claim(at.key, {root[1]: entry}):
-                return pos, (at.key, root[1]), entry
+            try:
+                claim = self.log.claim_update(at.key, {root[1]: entry})
+                self.timers.transact([self.timers.unchanged_check(timer), claim])
+                return timer, pos, (at.key, root[1]), entry
+            except ConcurrentUpdate:  # the timer changed, or the position was taken
+                timer, cursor_pos = load()
         raise ConcurrentUpdate("no free position for an extra fire; retry")
 
     def _list(self, timer: Timer, pos: int) -> None:

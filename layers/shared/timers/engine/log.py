@@ -220,12 +220,21 @@ class FireLog(LowLevelClient):
     def claim(self, key: str, entries: Mapping[str, Entry]) -> bool:
         """Write every entry at once if none exists in ``key`` and the unsealed item has room.
         False: one exists, or no room (the caller locates them, sealing a full item)."""
+        return self._write(key, *self._claim_parts(key, entries))
+
+    def claim_update(self, key: str, entries: Mapping[str, Entry]) -> dict[str, Any]:
+        """:meth:`claim` as a TransactWriteItems element (a claim ordered with a condition on
+        the timer: run now)."""
+        return _transact(self.table, key, *self._claim_parts(key, entries))
+
+    def _claim_parts(
+        self, key: str, entries: Mapping[str, Entry]
+    ) -> tuple[str, str, dict[str, str], dict[str, Any]]:
         n = len(entries)
         if n > self.cap:
             raise ValueError(f"{n} entries do not fit an item of {self.cap}")
         names = {f"#e{i}": name for i, name in enumerate(entries)}
-        return self._write(
-            key,
+        return (
             "SET "
             + ", ".join(f"{a} = :v{i}" for i, a in enumerate(names))
             + f", {self._ttl_set(key, entries.values())}, #c = if_not_exists(#c, :zero) + :k",
@@ -289,9 +298,12 @@ class FireLog(LowLevelClient):
 
     def rewrite(self, key: str, name: str, owner: str, mine: Entry, tries: int = 3) -> Entry | None:
         """One entry recorded like :meth:`record`, the revision and successor of a change's
-        adoption winning over ours. None if it is no longer ``owner``'s (taken over)."""
+        adoption winning over ours. None if it is no longer ``owner``'s (taken over); the
+        stored entry if it already is ours (a retry of a record whose answer was lost)."""
         for _ in range(tries):
             stored = self.read_one((key, name))
+            if stored is not None and stored.state != "p" and _as_recorded(stored, mine):
+                return stored  # our record: applied, its answer lost
             if stored is None or stored.state != "p" or stored.owner != owner:
                 return None
             merged = replace(mine, rev=stored.rev, next=stored.next, end=stored.end)
@@ -402,3 +414,9 @@ def _transact(
             "ExpressionAttributeValues": values,
         }
     }
+
+
+def _as_recorded(stored: Entry, mine: Entry) -> bool:
+    """Whether ``stored`` is ``mine`` as recorded (a change may have merged its revision and
+    successor): a takeover records its own send, at another instant."""
+    return replace(stored, rev=mine.rev, next=mine.next, end=mine.end) == mine

@@ -34,7 +34,7 @@ from typing import Any, Literal, Protocol, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError
 
 from timers.adapters.timers_table import TimerStore
-from timers.adapters.usage import fire_counts
+from timers.adapters.usage import FINISHED, Recorded, fire_counts
 from timers.core.schedule import is_recurring
 from timers.core.timer import Timer
 from timers.engine.changes import Checkpoints
@@ -420,6 +420,7 @@ class Run:
         self._hook = deps.hooks or (lambda _: None)
         self._hold_ms = hold_ms(deps.lookahead_ms, deps.retention_ms)
         self._beat_at: int | None = None
+        self.counted: list[Recorded] = []  # fires recorded, counted in usage when the run stops
 
     def go(self) -> TriggerReport:
         if not self.sync.trusted:
@@ -454,10 +455,9 @@ class Run:
                     wake = min(wake, max(now + 1, self.next_due - ARM_MS))
                 while (left := wake - self.sync.lower()) > 0:
                     self.deps.sleep(left / 1000)
-        except Exception:
+        finally:
             self._hand_back()
-            raise
-        self._hand_back()
+            self._count()
         return self.report
 
     def _beat(self, now: int) -> None:
@@ -551,7 +551,9 @@ class Run:
         for job in firing:
             job.delivery = Delivery(job.timer, job.fire_ms, ref=job.ref)
         self.pending = sorted(self.pending + firing, key=lambda j: j.send_at)
-        self._finish([j for j in claimed.ours if j.entry is not None and j.entry.finished])
+        finished = [j for j in claimed.ours if j.entry is not None and j.entry.finished]
+        self._counts([j for j in finished if j.entry and j.entry.owner == self.owner])  # skips
+        self._finish(finished)
         return _earliest(leased.next_due, self.next_due)
 
     def _triage(self, cards: Sequence[Card]) -> list[Job]:
@@ -632,23 +634,32 @@ class Run:
                 self.report.failures.append(f"{d.id}: {d.failure}")
         recorded = self._write_back(outcomes, by_ref)
         self._hook("recorded")
-        self._count(recorded)
+        self._counts(recorded)
         return recorded
 
-    def _count(self, recorded: Sequence[Job]) -> None:
-        """Add what this run recorded to its tenants' usage: fires enqueued, failed and late,
-        and active timers whose chain ended with its fire (one ADD per tenant and month)."""
+    def _counts(self, recorded: Sequence[Job]) -> None:
+        """Keep what this run recorded (sent, failed, skipped) for the tenants' usage. A chain
+        ended at its card's revision stops being active; one a change adopted (its revision on
+        the entry) was counted by that change."""
+        self.counted += [
+            (
+                job.timer.tenant,
+                job.fire_ms,
+                e.enqueued or self.sync.now(),
+                e.state,
+                e.end and e.rev == job.timer.rev,
+            )
+            for job in recorded
+            if (e := job.entry) is not None and e.state in FINISHED
+        ]
+
+    def _count(self) -> None:
+        """Add what this run recorded to its tenants' usage (one ADD per tenant and month),
+        once it stops: never between a record and the sends or chains after it."""
         usage = self.deps.usage
-        if usage is None or not recorded:
+        rows, self.counted = self.counted, []
+        if usage is None or not rows:
             return
-        rows = []
-        for job in recorded:
-            entry = job.entry
-            if entry is None or entry.state not in ("d", "f"):
-                continue
-            ended = entry.end and entry.rev == job.timer.rev  # not a change's: it counted itself
-            row = (job.timer.tenant, job.fire_ms, entry.enqueued or 0, entry.state == "d", ended)
-            rows.append(row)
         try:
             for (tenant, month), counts in fire_counts(rows).items():
                 usage.add(tenant, month, counts, shard=self.bucket)
