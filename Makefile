@@ -90,6 +90,7 @@ bench: venv
 	QUICK=$(QUICK) $(BIN)/python -m bench.cold
 	QUICK=$(QUICK) $(BIN)/python -m bench.webhooks
 	QUICK=$(QUICK) $(BIN)/python -m bench.flush
+	QUICK=$(QUICK) $(BIN)/python -m bench.controls
 	@$(BIN)/python -m bench.report
 
 lint: venv

@@ -335,7 +335,7 @@ def scenario_result(sc: Scenario, mem: dict[str, float]) -> dict[str, Any]:
     }
 
 
-PER_SCENARIO = ("usd_per_million_fires", "wru_per_fire", "scenarios")
+PER_SCENARIO = ("usd_per_million_fires", "usd_per_million_ops", "wru_per_fire", "scenarios")
 RESIDUALS = "idle_model_residual_30_sparse_minutes"  # per scenario group
 
 
@@ -390,12 +390,15 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     for sc in scenarios:
         results[sc.name] = scenario_result(sc, mem)
-        progress(f"cost: {sc.name}: ${results[sc.name]['usd_per_million_fires']:.3f}/M fires; "
+        unit = "op" if sc.ops else "fire"
+        progress(f"cost: {sc.name}: ${results[sc.name]['usd_per_million_fires']:.3f}/M {unit}s; "
                  f"{results[sc.name]['units_per_fire']}")  # fmt: skip
     idle_lines = idle_month(idle, mem)
-    per_m = {name: r["usd_per_million_fires"] for name, r in results.items()}
+    ops = {sc.name for sc in scenarios if sc.ops}
+    per_m = {name: r["usd_per_million_fires"] for name, r in results.items() if name not in ops}
     section: dict[str, Any] = {
         "usd_per_million_fires": per_m,
+        "usd_per_million_ops": {name: results[name]["usd_per_million_fires"] for name in ops},
         "wru_per_fire": {name: r["units_per_fire"]["wru"] for name, r in results.items()},
         "usd_per_idle_month": round(sum(idle_lines.values()), 2),
         "usd_per_idle_month_by_item": idle_lines,
@@ -422,7 +425,9 @@ def main(argv: list[str] | None = None) -> int:
         section = merged(last_results("cost"), section)
         per_m = section["usd_per_million_fires"]
     path = write_results("cost", section)
+    per_op = section["usd_per_million_ops"]
     print("cost per million fires: " + ", ".join(f"{k} ${v:.3f}" for k, v in per_m.items())
+          + "; per million operations: " + ", ".join(f"{k} ${v:.3f}" for k, v in per_op.items())
           + f"; idle ${section['usd_per_idle_month']:.2f}/month"
           + f"\nwritten to {path}; rerun: {section['rerun']}")  # fmt: skip
     checks = section["checks"]

@@ -44,14 +44,16 @@ class Scenario:
     assume_checkpoints: bool = False  # every CHECKPOINT_EVERY fires: too rare to wait for
     stored_bytes: float = 0.0  # a one-shot's timer item, as DynamoDB bills storage
     stored_days: float = 0.0  # ... kept this long (until due, then the retention)
+    ops: int = 0  # priced per operation (a reset, a run now) instead of per fire, if set
 
     @property
     def fires(self) -> int:
         return int(self.added["fires"])
 
     def per_fire(self) -> dict[str, float]:
-        per = {k: v / max(1, self.fires) for k, v in self.added.items()}
-        per["creates"] = 0.0 if self.recurring else 1.0  # a one-shot's fire pays its create
+        """What one fire costs (one operation's, with ``ops``)."""
+        per = {k: v / max(1, self.ops or self.fires) for k, v in self.added.items()}
+        per["creates"] = 0.0 if self.recurring or self.ops else 1.0  # a one-shot pays its create
         if self.assume_checkpoints:
             per["dynamodb.wru.checkpoint"] = CHECKPOINT_WRU / CHECKPOINT_EVERY
         per["stored_gb_months"] = self.stored_bytes / 1e9 * self.stored_days / (730 / 24)
@@ -256,6 +258,36 @@ def webhook(stack: Stack, burst: int, idle: IdleModel) -> list[Scenario]:
     return out
 
 
+def controls(stack: Stack, burst: int, idle: IdleModel) -> list[Scenario]:
+    """The tenant's controls, priced per operation: a reset, a run now."""
+    out: list[Scenario] = []
+    resets = burst * 4
+    progress(f"cost: a busy session - one timer reset {resets:,} times, then its one fire")
+    timer = stack.create({"name": "bench", "schedule": {"type": "after", "seconds": 30},
+                          "payload": PAYLOAD})  # fmt: skip
+    stack.run(2)
+    start = stack.snapshot()
+    for _ in range(resets):  # 16 a second: under the tenant's rate limit
+        stack.call("POST", f"/v1/timers/{timer}/reset")
+        stack.run(0.0625)
+    stack.run(35)
+    out.append(Scenario("reset", f"one timer 'after 30 s' reset {resets:,} times, 16 a second "
+                        "(an inactivity timeout kept alive), then its one fire: per reset",
+                        stack.window_since(start).minus(idle), 1, ops=resets))  # fmt: skip
+    progress("cost: 40 timers each run now once")
+    ids = stack.create_batch([every(3600, stack.clock() + HOUR_MS) for _ in range(40)])
+    stack.run(2)
+    start = stack.snapshot()
+    for timer_id in ids:
+        stack.call("POST", f"/v1/timers/{timer_id}/run")
+        stack.run(1)
+    out.append(Scenario("run_now", "40 timers (every hour, not due) each run now once, one a "
+                        "second: the request, its extra fire, its record; per run now",
+                        stack.window_since(start).minus(idle), 40, ops=40))  # fmt: skip
+    stack.delete([timer, *ids])
+    return out
+
+
 GROUPS: tuple[Group, ...] = (
     short_scenarios,
     cron_hourly,
@@ -263,6 +295,7 @@ GROUPS: tuple[Group, ...] = (
     one_shot_ahead_batch,
     one_shot_ahead,
     webhook,
+    controls,
 )
 """Each group runs on a fresh deployment, after its own idle profile: moto slows down as its
 tables grow (DynamoDB does not), and two days of migrator runs over every earlier scenario's

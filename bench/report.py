@@ -149,7 +149,7 @@ def targets_table(cost: dict[str, Any]) -> str:
 
 def cost_tables(cost: dict[str, Any]) -> str:
     scenarios = cost["scenarios"]
-    names = list(scenarios)
+    names = [n for n in scenarios if n in cost["usd_per_million_fires"]]  # per fire, not per op
     units = {k: [f"{scenarios[n]['units_per_fire'].get(k, 0):.3g}" for n in names]
              for k in scenarios[names[0]]["units_per_fire"] if k != "wru"}  # fmt: skip
     units["fires per trigger run"] = [f"{scenarios[n]['fires_per_trigger_run']}" for n in names]
@@ -158,10 +158,15 @@ def cost_tables(cost: dict[str, Any]) -> str:
     usd["**total**"] = [f"**{scenarios[n]['usd_per_million_fires']:.3f}**" for n in names]
     idle = {k: [f"{v:.2f}"] for k, v in cost["usd_per_idle_month_by_item"].items()}
     idle["**total**"] = [f"**{cost['usd_per_idle_month']:.2f}**"]
-    return "\n\n".join([targets_table(cost),
-                          _grid("per fire", units, names),
-                          _grid("$ per million fires", usd, names),
-                          _grid("idle item", idle, ["$/month"])])  # fmt: skip
+    tables = [targets_table(cost), _grid("per fire", units, names),
+              _grid("$ per million fires", usd, names)]  # fmt: skip
+    if ops := list(cost.get("usd_per_million_ops", {})):
+        per_op = {k: [f"{scenarios[n]['units_per_fire'].get(k, 0):.3g}" for n in ops]
+                  for k in ("wru", "rru", "lambda_api_invocations", "lambda_trigger_runs",
+                            "sqs_requests", "redis_commands")}  # fmt: skip
+        per_op["**$ per million**"] = [f"**{cost['usd_per_million_ops'][n]:.3f}**" for n in ops]
+        tables.append(_grid("per operation", per_op, ops))
+    return "\n\n".join([*tables, _grid("idle item", idle, ["$/month"])])
 
 
 def main() -> int:

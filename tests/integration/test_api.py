@@ -1074,8 +1074,9 @@ def test_run_now_enqueues_one_extra_fire_with_its_own_id_and_changes_nothing_els
     reply = api.call("POST", f"/v1/timers/{timer['id']}/run")
     assert reply.status == 202, reply.body
     fire = reply.body
-    assert fire["fire_id"] == f"{timer['id']}:{T0 + 10_000}"
-    assert (fire["status"], fire["scheduled_at"]) == ("enqueued", format_ms(T0 + 10_000))
+    # its position: a time the reference (here the test's clock) has surely reached
+    assert fire["fire_id"] == f"{timer['id']}:{T0 + 9_999}"
+    assert (fire["status"], fire["scheduled_at"]) == ("enqueued", format_ms(T0 + 9_999))
     assert fire["enqueued_at"] is not None and fire["lag_ms"] >= 0
     (message,) = queued(api)
     assert message["fire_id"] == fire["fire_id"]
@@ -1093,7 +1094,9 @@ def test_run_now_counts_toward_no_max_fires_and_runs_paused_and_completed_timers
 ) -> None:
     paused = api.create(schedule={"type": "every", "seconds": 60})
     api.call("POST", f"/v1/timers/{paused['id']}/pause")
-    assert api.call("POST", f"/v1/timers/{paused['id']}/run").status == 202  # paused
+    ran = api.call("POST", f"/v1/timers/{paused['id']}/run")
+    assert ran.status == 202  # paused
+    assert ran.body["scheduled_at"] == format_ms(T0 - 1)  # a time the reference surely reached
     assert api.call("GET", f"/v1/timers/{paused['id']}").body["status"] == "paused"
     timer = api.create(schedule={"type": "every", "seconds": 60}, max_fires=1)
     assert api.call("POST", f"/v1/timers/{timer['id']}/run").status == 202  # not counted
@@ -1106,18 +1109,18 @@ def test_run_now_counts_toward_no_max_fires_and_runs_paused_and_completed_timers
     assert api.call("GET", f"/v1/timers/{timer['id']}").body == shown
     fires = api.call("GET", f"/v1/timers/{timer['id']}/fires").body["items"]
     assert [f["scheduled_at"] for f in fires] == [
-        format_ms(T0 + 90_000), format_ms(T0 + 60_000), format_ms(T0)
+        format_ms(T0 + 89_999), format_ms(T0 + 60_000), format_ms(T0 - 1)
     ]  # fmt: skip
     assert len(queued(api)) == 3  # the test claimed its scheduled fire without sending it
 
 
 def test_run_now_never_takes_a_fire_id_of_the_schedule_or_of_another_run(api: Api) -> None:
     timer = api.create(schedule={"type": "every", "seconds": 60})
-    api.clock.now = T0 + 60_000  # the millisecond of its next occurrence
+    api.clock.now = T0 + 60_001  # surely reached: the millisecond of its next occurrence
     first = api.call("POST", f"/v1/timers/{timer['id']}/run").body
     assert first["fire_id"] == f"{timer['id']}:{T0 + 60_001}"  # a millisecond on
-    assert api.clock.now >= T0 + 60_001  # waited for it: never early
-    api.clock.now = T0 + 60_001
+    assert api.clock.now >= T0 + 60_002  # waited until it was surely reached: never early
+    api.clock.now = T0 + 60_002
     second = api.call("POST", f"/v1/timers/{timer['id']}/run").body
     assert second["fire_id"] == f"{timer['id']}:{T0 + 60_002}"  # that one is taken
     assert [m["fire_id"] for m in queued(api)] == [first["fire_id"], second["fire_id"]]

@@ -74,7 +74,7 @@ def test_a_run_now_racing_a_schedule_change_never_ends_the_new_schedule(
         assert reply.status == 200, reply.body
         assert reply.body["next_fire_at"] == format_ms(T0 + 60_000)  # 10:01:00
 
-    slow_run_now(rig, patch, then_ms=T0 + 60_000)  # a millisecond later
+    slow_run_now(rig, patch, then_ms=T0 + 60_001)  # 10:01:00 is surely reached
     ran = api.call("POST", f"{path}/run")
     assert ran.status == 202, ran.body
     # picked again against the new schedule: not its first position (10:01:00), just after it

@@ -19,7 +19,9 @@ The rules, from docs/fire-path.md and the contract:
   sent, all of them with ``fire_all``, those due while the service ran without faults with the
   other misfire policies, up to ``max_fires``;
 - what GET and the fire history show is what was sent (the count: since the last reset);
-- a reset restarts the plan from its answer: nothing claimed before it is sent after it.
+- a reset restarts the plan from its answer: nothing claimed before it is sent after it;
+- run now sends one fire of the timer as its request reads it, before it answers, counted in
+  no fire count.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class ModelTimer:
     revisions: list[Revision]
     deleted_at: int | None = None
     uncounted: set[str] = field(default_factory=set)  # fire ids sent before its last reset
+    extras: set[str] = field(default_factory=set)  # fire ids of its run-now fires
 
     @property
     def current(self) -> Revision:
@@ -120,6 +123,8 @@ class Model:
                     f"a stranger's fire: {sent}"
                 )
                 continue
+            if sent.fire_id in timer.extras:  # run now's: checked as its request ended
+                continue
             claimed = self.claimed.get(sent.fire_id)
             assert claimed is not None, f"sent without a claim: {sent}"
             assert any(
@@ -147,6 +152,23 @@ class Model:
         assert not unsent, f"a reset answered while these claims were unsent: {sorted(unsent)}"
         timer.uncounted = sent
 
+    def ran_now(self, timer_id: str, sent: list[Sent], fire_id: str | None) -> None:
+        """A run-now request ended: ``sent`` is what it put on the queue, ``fire_id`` what it
+        answered (None: it died, or was refused). An answered fire went exactly once, at its
+        id; a request that died sent it once or not at all; a refused one sent nothing."""
+        timer = self.timers[timer_id]
+        ids = [s.fire_id for s in sent]
+        if fire_id is not None:
+            assert ids == [fire_id], f"run now answered {fire_id}, sent {ids}"
+        assert len(ids) <= 1 and all(s.timer_id == timer_id for s in sent), sent
+        for s in sent:  # a change racing it came first (nothing else runs meanwhile)
+            assert timer.deleted_at is None, f"a deleted timer was run now: {s}"
+            assert payload_key(s.payload) == payload_key(timer.current.payload), (
+                f"run now sent a payload of an older revision: {s}\n{timer}"
+            )
+            assert not timer.current.occurs(s.due), f"run now took a plan's position: {s}"
+        timer.extras.update(ids)
+
     def sent_ids(self, timer_id: str) -> set[str]:
         return {s.fire_id for s in self.sends if s.timer_id == timer_id}
 
@@ -168,7 +190,7 @@ class Model:
             if timer.deleted_at is not None or r.status != "active":
                 continue
             sent = sent_by_timer[timer.id]
-            counted = {d for d in sent if f"{timer.id}:{d}" not in timer.uncounted}
+            counted = {d for d in sent if f"{timer.id}:{d}" not in timer.uncounted | timer.extras}
             start = r.since + ARM_MS + CLAIM_EDGE_MS
             if r.misfire != "fire_all" and is_recurring(r.plan.schedule):
                 start = max(start, settled_from + RECOVERY_MS)
@@ -194,7 +216,7 @@ class Model:
             return
         assert view is not None, f"a timer that exists answers 404: {timer}"
         sent = self.sent_ids(timer_id)
-        counted = sent - timer.uncounted  # a reset counts anew; its history keeps them all
+        counted = sent - timer.uncounted - timer.extras  # a reset counts anew; run now never
         assert view["fire_count"] == len(counted), (
             f"GET says {view['fire_count']} fires, {len(counted)} were sent since the last "
             f"reset: {view}\n{sorted(counted)}"

@@ -4,12 +4,12 @@ A Hypothesis ``RuleBasedStateMachine`` drives the real code - the api handler, t
 the fan-out and the trigger, on a real redis-server and moto, one injected clock - through
 random interleavings of: single and batch creates (some dying between their writes, some
 retried with their Idempotency-Key after the first attempt died), PATCH of every field, pause,
-resume, reset, delete; migrator, fan-out and trigger runs that die at any step
-(after the lease, the claim, the send, the record...) or run out of time; changes made in the
-middle of a run; Redis FLUSHALL at any point, a bucket's data lost, a failover to a replica
-that lagged (every write since its snapshot lost), and Redis commands failing; DynamoDB timeouts
-before and after a write is applied, throttling, kills inside any call; host clocks off and
-stepping; retention expiry.
+resume, reset, run now (alone and racing a change), delete; migrator, fan-out and trigger runs
+that die at any step (after the lease, the claim, the send, the record...) or run out of time;
+changes made in the middle of a run; Redis FLUSHALL at any point, a bucket's data lost, a
+failover to a replica that lagged (every write since its snapshot lost), and Redis commands
+failing; DynamoDB timeouts before and after a write is applied, throttling, kills inside any
+call; host clocks off and stepping; retention expiry.
 
 After every step the reference model (``tests/stateful/model.py``) checks each callback sent:
 never early, an occurrence of a revision current when it was claimed, with a current payload,
@@ -343,6 +343,9 @@ class FirePathMachine(RuleBasedStateMachine):
         if action == "reset":
             self._reset(timer_id)
             return
+        if action == "run":
+            self._run_now(timer_id)
+            return
         reply = self._call("POST", f"{path}/{action}", tenant)
         want = "paused" if action == "pause" else "active"
         if reply is None:
@@ -377,7 +380,46 @@ class FirePathMachine(RuleBasedStateMachine):
         self.anchors[timer_id] = parse_ms(view["updated_at"])
         self._changed(timer_id, view, False)
 
-    @rule(pick=picks, action=st.sampled_from(["pause", "resume", "delete", "reset"]))
+    def _run_now(self, timer_id: str) -> None:
+        """One extra fire, sent before the answer (202) whatever the timer's status; 404 once
+        deleted; 409 (concurrent_update) if changes kept coming."""
+        before = len(self.model.sends)
+        reply = self._call("POST", f"/v1/timers/{timer_id}/run", self.owner[timer_id])
+        sent = self.model.sends[before:]  # only the request sends meanwhile
+        if reply is not None and reply.status != 202:
+            assert reply.status in (404, 409), reply.body
+            assert reply.status == 409 or self.model.timers[timer_id].deleted_at is not None
+        answered = reply.body["fire_id"] if reply is not None and reply.status == 202 else None
+        self.model.ran_now(timer_id, sent, answered)
+
+    @rule(pick=picks, change=st.sampled_from(["schedule", "payload", "pause", "delete"]),
+          which=schedules)  # fmt: skip
+    def run_now_racing_a_change(self, pick: int, change: str, which: int) -> None:
+        """A change commits between run now's read of the timer and its claim: the claim is
+        made against the timer as it now is (a new schedule's positions are not taken, a
+        deleted timer is not sent), never against the one it read."""
+        timer_id = self._pick(pick)
+        if timer_id is None or self.model.timers[timer_id].deleted_at is not None:
+            return
+        extras = self.world.api.runtime.service.extras
+        assert extras is not None
+        owner = extras.new_owner
+
+        def racing() -> str:  # called once the timer was read, before the claim
+            extras.new_owner = owner
+            if change in ("pause", "delete"):
+                self._act(timer_id, change)
+            else:
+                self._patch(timer_id, self._patches(timer_id, change, which))
+            return owner()
+
+        extras.new_owner = racing
+        try:
+            self._run_now(timer_id)
+        finally:
+            extras.new_owner = owner
+
+    @rule(pick=picks, action=st.sampled_from(["pause", "resume", "delete", "reset", "run"]))
     def pause_resume_delete(self, pick: int, action: str) -> None:
         timer = self._pick(pick)
         if timer is not None and self.model.timers[timer].deleted_at is None:
@@ -413,7 +455,7 @@ class FirePathMachine(RuleBasedStateMachine):
 
     @rule(step=race_steps, pick=picks, claimed=st.booleans(), action=st.sampled_from(["name",
           "max_fires", "schedule", "pause", "resume", "delete", "end_at", "start_at", "flush",
-          "none", "reset"]),
+          "none", "reset", "run"]),
           which=schedules, stall=st.sampled_from([0, 9_000, 15_000]), then_die=st.none() | steps,
           remaining_ms=remaining)  # fmt: skip
     def change_during_a_run(
@@ -434,7 +476,7 @@ class FirePathMachine(RuleBasedStateMachine):
                 elif (action == "none" or target not in self.model.timers
                       or self.model.timers[target].deleted_at is not None):  # fmt: skip
                     pass
-                elif action in ("pause", "resume", "delete", "reset"):
+                elif action in ("pause", "resume", "delete", "reset", "run"):
                     self._act(target, action)
                 else:
                     self._patch(target, self._patches(target, action, which))

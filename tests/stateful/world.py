@@ -368,6 +368,9 @@ class World:
         self.markers: dict[str, int] = {}  # run marker key -> when it expires, on our clock
         self._expire_markers_on_our_clock()
         self.sink = SinkSqs(self.clock, self.model.sends)
+        extras = self.api.runtime.service.extras
+        assert extras is not None
+        extras.sqs = lambda: self.sink  # run now sends as the trigger does: recorded alike
         self.migrator = migrator_deps(self.wiring, sleep=lambda _: None)  # retries at once
         self.fanout = Fanout(fanout_deps(self.wiring, self._invoke, self.clock, self._sleep))
         self.snapshot: dict[str, bytes] = {}  # what a lagging replica holds

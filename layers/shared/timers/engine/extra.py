@@ -87,10 +87,11 @@ class Extras:
         sync.measure()
         if not sync.trusted:
             raise ConcurrentUpdate("the service's clock cannot be checked now; retry")
-        timer, pos, ref, entry = self._claim(timer, cursor_pos, owner, sync.now(), load)
+        # the position: a time the reference has certainly reached (never early, no wait)
+        timer, pos, ref, entry = self._claim(timer, cursor_pos, owner, sync.lower(), load)
         self._list(timer, pos)
-        while (left := pos - sync.lower()) >= 0:  # the position may be a few ms ahead
-            self.sleep((left + 1) / 1000)
+        while (left := pos - sync.lower()) > 0:  # moved on past an occupied millisecond
+            self.sleep(left / 1000)
         delivery = Delivery(timer, pos, ref=ref)
         sender = Sender(
             sqs=self.sqs(),

@@ -455,10 +455,15 @@ class Run:
                     wake = min(wake, max(now + 1, self.next_due - ARM_MS))
                 while (left := wake - self.sync.lower()) > 0:
                     self.deps.sleep(left / 1000)
-        finally:
-            self._hand_back()
-            self._count()
+        except Exception:  # a run that dies (BaseException: killed) does neither
+            self._stop()
+            raise
+        self._stop()
         return self.report
+
+    def _stop(self) -> None:
+        self._hand_back()
+        self._count()
 
     def _beat(self, now: int) -> None:
         """Promise the next beat within RUN_BEAT_MS (every half of it): a run that dies or
