@@ -154,3 +154,37 @@ def test_a_fire_failed_dead_lettered_by_the_redrive_queue_is_counted_in_usage(
     assert fire["status"] == "failed", fire
     used = d.rig.api.call("GET", "/v1/tenant/usage").body
     assert used["fires"]["failed"] == 1, used  # got: 0
+
+
+# ---------------------------------------------------------------- retry policy
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review: a redelivery takes the timer's target now but the retry policy it failed with",
+)
+def test_a_redelivered_fire_is_retried_as_the_timers_retry_policy_now_says(
+    delivery: Delivery,  # noqa: F811
+) -> None:
+    """``_redeliver`` sends the failed message again with the timer's *current* target ("the
+    user may have fixed the URL"), but keeps the ``retry`` attribute of the failed message. A
+    fire that failed at ``max_attempts: 1``, whose timer the user PATCHed to ``max_attempts:
+    3`` (the contract: PATCH may change it; the response echoes it) before redelivering, still
+    fails after one POST of the redelivery."""
+    d, server = delivery, delivery.server
+    url = server.on("/flaky", 503)
+    timer_id = d.fire(url, retry={"max_attempts": 1})
+    assert d.handle(d.receive()) == []  # one 503: failed at max_attempts 1
+    (fire,) = d.history(timer_id)
+    assert (fire["status"], fire["attempts"]) == ("failed", 1)
+    patched = d.rig.api.call(
+        "PATCH", f"/v1/timers/{timer_id}", body={"retry": {"max_attempts": 3}}
+    )
+    assert patched.status == 200 and patched.body["retry"]["max_attempts"] == 3, patched.body
+    assert d.redeliver(timer_id, fire["fire_id"]).status == 202
+    messages = d.receive()
+    failed = d.handle(messages)  # the redelivery's first POST: 503 again
+    (fire,) = d.history(timer_id)
+    assert fire["attempts"] == 2
+    assert fire["status"] == "enqueued", fire  # got: failed (max_attempts of the old policy)
+    assert failed == [messages[0]["MessageId"]]  # retried: 2 POSTs of its 3 are left
