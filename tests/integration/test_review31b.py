@@ -12,17 +12,16 @@ from typing import Any
 
 import pytest
 
+from tests.integration.api_harness import SETTINGS
 from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
     LAPSE_MS,
     Kill,
     Rig,
     after,
-    kill_at,
     rig,
     until_armed,
 )
 from tests.integration.test_webhooks import Delivery, delivery  # noqa: F401
-from tests.integration.api_harness import SETTINGS
 from tests.support.clock import T0
 from timers.adapters.usage import UsageCounters
 
@@ -33,8 +32,8 @@ class Died(Exception):
     """The api's request fails here (its Lambda errs: a 500, the client retries)."""
 
 
-def usage(rig: Rig) -> dict[str, Any]:
-    reply = rig.api.call("GET", "/v1/tenant/usage")
+def usage(on: Rig) -> dict[str, Any]:
+    reply = on.api.call("GET", "/v1/tenant/usage")
     assert reply.status == 200, reply.body
     return dict(reply.body)
 
@@ -178,9 +177,7 @@ def test_a_redelivered_fire_is_retried_as_the_timers_retry_policy_now_says(
     assert d.handle(d.receive()) == []  # one 503: failed at max_attempts 1
     (fire,) = d.history(timer_id)
     assert (fire["status"], fire["attempts"]) == ("failed", 1)
-    patched = d.rig.api.call(
-        "PATCH", f"/v1/timers/{timer_id}", body={"retry": {"max_attempts": 3}}
-    )
+    patched = d.rig.api.call("PATCH", f"/v1/timers/{timer_id}", body={"retry": {"max_attempts": 3}})
     assert patched.status == 200 and patched.body["retry"]["max_attempts"] == 3, patched.body
     assert d.redeliver(timer_id, fire["fire_id"]).status == 202
     messages = d.receive()
