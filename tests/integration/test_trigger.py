@@ -64,6 +64,7 @@ from timers.engine.trigger import (
     RunMarker,
     TriggerDeps,
     TriggerReport,
+    drain_usage,
     run_trigger,
 )
 from timers.runtime import DAY_MS, migrator_deps, trigger_deps
@@ -155,11 +156,14 @@ class Rig:
         """One run for every bucket with something leasable, as the fan-out would start."""
         now = self.clock()
         peeks = self.index.peek(range(self.index.bucket_count), now + ARM_MS)
-        return [
-            run_trigger(self.deps(**overrides), bucket, remaining_ms)
-            for bucket, peek in sorted(peeks.items())
-            if not isinstance(peek, Exception) and peek.backlog
-        ]
+        try:
+            return [
+                run_trigger(self.deps(**overrides), bucket, remaining_ms)
+                for bucket, peek in sorted(peeks.items())
+                if not isinstance(peek, Exception) and peek.backlog
+            ]
+        finally:
+            drain_usage()  # a killed run's usage writes too: what the test reads next is whole
 
     def run_until_idle(self, **overrides: Any) -> list[TriggerReport]:
         reports: list[TriggerReport] = []

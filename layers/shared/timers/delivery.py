@@ -435,11 +435,18 @@ def _count(
         outcome = outcomes.get(ready.message.message_id, Outcome("error"))
         if outcome.recorded and outcome.verdict in ("delivered", "failed"):
             counts.setdefault(ready.tenant, {"delivered": 0, "failed": 0})[outcome.verdict] += 1
+    _add_usage(counts, deps)
+
+
+def _add_usage(counts: Mapping[str, Mapping[str, int]], deps: DeliveryDeps) -> None:
+    """One ADD per tenant of this month; counting never fails a batch."""
+    if deps.usage is None:
+        return
     try:
         month = month_of(deps.clock())
         for tenant, given in counts.items():
             deps.usage.add(tenant, month, given)
-    except Exception:  # counting never fails a batch
+    except Exception:
         log.warning("usage not counted", exc_info=True)
 
 
@@ -488,6 +495,8 @@ def settle_redriven(message: Message, deps: DeliveryDeps) -> Outcome:
             if not deps.records.write_delivery(ref, failed, before):
                 raise RuntimeError("delivery record changed meanwhile")
             _record_failure(message, failed, deps)
+            deps.dead_letter(message, reason)
+            return Outcome("dead_lettered", reason=reason, recorded=True)  # failed: counted
     deps.dead_letter(message, reason)
     return Outcome("dead_lettered", reason=reason)
 
@@ -501,6 +510,12 @@ def settle_batch(messages: Sequence[Message], deps: DeliveryDeps) -> BatchReport
         except Exception as exc:  # left on the redrive queue: tried again after its timeout
             log.error("settling failed", extra={"message_id": message.message_id, **_error(exc)})
             report.outcomes[message.message_id] = Outcome("error")
+    settled = [
+        message.attributes.get("tenant", "")
+        for message in messages
+        if report.outcomes[message.message_id].recorded
+    ]
+    _add_usage({tenant: {"failed": settled.count(tenant)} for tenant in set(settled)}, deps)
     return report
 
 

@@ -153,6 +153,9 @@ class FailedFireService:
         attributes = record.redelivery_attributes(stamp)
         if timer.webhook is not None:  # its target now: the user may have fixed the URL
             attributes["target"] = timer.webhook.to_json()
+        attributes.pop("retry", None)  # and its retry policy now: a PATCH may have changed it
+        if timer.retry is not None:
+            attributes["retry"] = timer.retry.to_json()
         self.delivery_queue.send(record.body, attributes)
         self.records.reopen_delivery(ref, state.reopened(stamp), state)
         return failed_fire_view(record, timer.name)

@@ -179,8 +179,8 @@ class TimerService:
         seen = self.idempotency.claim(tenant.name, key, body_hash, ids, built[0].created_ms)
         if seen is not None:
             return self._replay(tenant, key, specs, single, seen)
-        self.changes.store_new(built, False, self.idempotency.guard(tenant.name, key))
-        self._created(tenant, built)
+        stored = self.changes.store_new(built, False, self.idempotency.guard(tenant.name, key))
+        self._created(tenant, stored)  # none if a retry of the same key stored them first
         self.idempotency.complete(tenant.name, key)
         return [timer_view(t) for t in built]
 
@@ -234,7 +234,8 @@ class TimerService:
             )
         first = self._build_all(tenant, specs, seen.timer_ids, seen.created_ms, single)
         if not seen.done:
-            self.changes.store_new(first, False, self.idempotency.guard(tenant.name, key))
+            stored = self.changes.store_new(first, False, self.idempotency.guard(tenant.name, key))
+            self._created(tenant, stored)  # what the first request did not store is counted here
             self.idempotency.complete(tenant.name, key)
         return [timer_view(t) for t in first]
 

@@ -247,8 +247,9 @@ class TenantStore:
                 )  # not a revoked one
             if not any(k.digest == key.pk[4:] for k in _keys(tenant.api_keys)):
                 listed = ApiKey(key.key_id, key.pk[4:], int(key.created_ms), key.label)
-                self._relist(tenant, [*_keys(tenant.api_keys), listed])
-        except (UpdateError, ValueError):
+                # only while the key still exists: one revoked since it was read is not back
+                self._transact_keys(tenant, [*_keys(tenant.api_keys), listed], existing=key)
+        except (UpdateError, ValueError, ConcurrentUpdate):
             pass
 
     def _relist(self, tenant: TenantItem, keys: list[ApiKey]) -> None:
@@ -276,30 +277,38 @@ class TenantStore:
         KEYS_MAX; its item and the tenant's list in one transaction."""
         if label is not None and len(label) > LABEL_MAX:
             raise InvalidInput("label too long", [FieldError("label", f"at most {LABEL_MAX}")])
-        tenant = self._get_item(name)
-        keys = _keys(tenant.api_keys)
-        if len(keys) >= KEYS_MAX:
-            raise InvalidState(f"a tenant keeps at most {KEYS_MAX} keys: revoke one first")
         api_key = KEY_PREFIX + secrets.token_urlsafe(32)
         made = ApiKey(api_key[:10], _hash(api_key), now_ms, label)
         item = self.models.api_key(
             f"KEY#{made.digest}", tenant=name, key_id=made.key_id, created_ms=now_ms, label=label
         )
-        self._transact_keys(tenant, [*keys, made], save=item)
+
+        def attempt() -> None:
+            tenant = self._get_item(name)
+            keys = _keys(tenant.api_keys)
+            if len(keys) >= KEYS_MAX:
+                raise InvalidState(f"a tenant keeps at most {KEYS_MAX} keys: revoke one first")
+            self._transact_keys(tenant, [*keys, made], save=item)
+
+        _again_while_changing(attempt)
         return api_key, made
 
     def revoke_key_id(self, name: str, key_id: str) -> None:
         """Revoke one of the tenant's keys by its id: never its last one (InvalidState)."""
-        tenant = self._get_item(name)
-        keys = _keys(tenant.api_keys)
-        gone = next((k for k in keys if k.key_id == key_id), None)
-        if gone is None:
-            raise NotFound(f"no key {key_id!r}")
-        if len(keys) == 1:
-            raise InvalidState("the tenant's last key cannot be revoked: create another first")
-        key_item = self.models.api_key(f"KEY#{gone.digest}", tenant=name, key_id=key_id,
-                                       created_ms=gone.created_ms)  # fmt: skip
-        self._transact_keys(tenant, [k for k in keys if k is not gone], delete=key_item)
+
+        def attempt() -> None:
+            tenant = self._get_item(name)
+            keys = _keys(tenant.api_keys)
+            gone = next((k for k in keys if k.key_id == key_id), None)
+            if gone is None:
+                raise NotFound(f"no key {key_id!r}")
+            if len(keys) == 1:
+                raise InvalidState("the tenant's last key cannot be revoked: create another first")
+            key_item = self.models.api_key(f"KEY#{gone.digest}", tenant=name, key_id=key_id,
+                                           created_ms=gone.created_ms)  # fmt: skip
+            self._transact_keys(tenant, [k for k in keys if k is not gone], delete=key_item)
+
+        _again_while_changing(attempt)
 
     def _transact_keys(
         self,
@@ -307,6 +316,7 @@ class TenantStore:
         keys: list[ApiKey],
         save: ApiKeyItem | None = None,
         delete: ApiKeyItem | None = None,
+        existing: ApiKeyItem | None = None,
     ) -> None:
         held = self.models.tenant.api_keys
         before = tenant.api_keys
@@ -319,6 +329,10 @@ class TenantStore:
                 if delete is not None:  # and counted with it: one commit, or neither
                     tx.delete(delete)
                     self._count_revocation(tx)
+                if existing is not None:
+                    tx.condition_check(
+                        self.models.api_key, existing.pk, condition=self.models.api_key.pk.exists()
+                    )
         except TransactWriteError as exc:
             raise ConcurrentUpdate("the tenant's keys changed meanwhile; retry") from exc
 
@@ -554,3 +568,18 @@ def summary(tenant: Tenant) -> dict[str, Any]:
         "callback_queue_url": tenant.callback_queue_url,
         "webhook_secret": tenant.webhook_secret,
     }
+
+
+KEY_WRITE_TRIES = 5
+
+
+def _again_while_changing(attempt: Callable[[], None]) -> None:
+    """Run a read-modify-write of the tenant's key list again while another write to it
+    (a create, a revoke, a first use that lists an old key) came between its read and its
+    write: only the list's own rules (at most 10, never the last) refuse it."""
+    for _ in range(KEY_WRITE_TRIES - 1):
+        try:
+            return attempt()
+        except ConcurrentUpdate:
+            continue
+    return attempt()

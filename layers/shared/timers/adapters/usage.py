@@ -18,7 +18,7 @@ that dies between the two leaves those fires uncounted. The items never expire (
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -100,7 +100,7 @@ Recorded = tuple[str, int, int, str, bool]
 """A recorded fire: tenant, due ms, recorded at ms, its entry's state, its chain ended."""
 
 
-def fire_counts(recorded: list[Recorded]) -> dict[tuple[str, str], dict[str, int]]:
+def fire_counts(recorded: Sequence[Recorded]) -> dict[tuple[str, str], dict[str, int]]:
     """Recorded fires -> counts per (tenant, month of the record). A skipped fire (misfire
     ``skip``) counts nothing but the end of its chain."""
     out: dict[tuple[str, str], dict[str, int]] = {}

@@ -124,11 +124,12 @@ class Changes:
 
     def store_new(
         self, created: Sequence[Timer], take_back: bool, guard: dict[str, Any] | None = None
-    ) -> None:
+    ) -> Sequence[Timer]:
         """Listings first (a listing without its timer is young, then dead: R4), then the
         timers, then the fast path: what is due within the look-ahead goes into Redis now.
         ``take_back``: a failure takes back what was written (new ids: nobody else knows them).
-        ``guard`` (a keyed create): each timer stored only if absent and the guard holds."""
+        ``guard`` (a keyed create): each timer stored only if absent and the guard holds.
+        Returns the timers this call stored (a keyed create's retry: those still missing)."""
         listings = [x for t in created if (x := listing_of(t))]
         listed_at = self.clock()
         if listings:
@@ -146,6 +147,7 @@ class Changes:
             # so slow a create may have let the migrator find its listings dead (R4): again
             self.wake.put(self.wake.items(listings, self.clock()))
         self._fast_path([card_of(t) for t in created if self._due_soon(t)])
+        return created
 
     # ---------------------------------------------------------------- read
 

@@ -27,7 +27,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -420,7 +420,7 @@ class Run:
         self._hook = deps.hooks or (lambda _: None)
         self._hold_ms = hold_ms(deps.lookahead_ms, deps.retention_ms)
         self._beat_at: int | None = None
-        self.counted: list[Recorded] = []  # fires recorded, counted in usage when the run stops
+        self.counting: list[Future[None]] = []  # its usage writes (USAGE_WRITER)
 
     def go(self) -> TriggerReport:
         if not self.sync.trusted:
@@ -463,7 +463,7 @@ class Run:
 
     def _stop(self) -> None:
         self._hand_back()
-        self._count()
+        self._counted()
 
     def _beat(self, now: int) -> None:
         """Promise the next beat within RUN_BEAT_MS (every half of it): a run that dies or
@@ -643,10 +643,12 @@ class Run:
         return recorded
 
     def _counts(self, recorded: Sequence[Job]) -> None:
-        """Keep what this run recorded (sent, failed, skipped) for the tenants' usage. A chain
-        ended at its card's revision stops being active; one a change adopted (its revision on
-        the entry) was counted by that change."""
-        self.counted += [
+        """Add what this run just recorded (sent, failed, skipped) to its tenants' usage, one
+        ADD per tenant and month, on the sandbox's usage writer: never on a fire's way, and
+        lost only by a run that dies in that write. A chain ended at its card's revision stops
+        being active; one a change adopted (its revision on the entry) was counted by it."""
+        usage = self.deps.usage
+        rows = [
             (
                 job.timer.tenant,
                 job.fire_ms,
@@ -657,19 +659,12 @@ class Run:
             for job in recorded
             if (e := job.entry) is not None and e.state in FINISHED
         ]
+        if usage is not None and rows:
+            self.counting.append(USAGE_WRITER.submit(_add_usage, usage, rows, self.bucket))
 
-    def _count(self) -> None:
-        """Add what this run recorded to its tenants' usage (one ADD per tenant and month),
-        once it stops: never between a record and the sends or chains after it."""
-        usage = self.deps.usage
-        rows, self.counted = self.counted, []
-        if usage is None or not rows:
-            return
-        try:
-            for (tenant, month), counts in fire_counts(rows).items():
-                usage.add(tenant, month, counts, shard=self.bucket)
-        except Exception:  # counting never stops a run
-            log.warning("usage not counted", exc_info=True)
+    def _counted(self) -> None:
+        """Wait for this run's usage writes while its invocation has time left."""
+        wait(self.counting, timeout=max(0, self._left() - REDIS_CALL_MS) / 1000)
 
     def _write_back(
         self, outcomes: Mapping[str, Mapping[str, Entry]], jobs: Mapping[EntryRef, Job]
@@ -781,6 +776,23 @@ class Run:
                     return
                 log.warning("hand-back failed; retrying", exc_info=True)
                 self.deps.sleep(HAND_BACK_RETRY_MS / 1000)
+
+
+USAGE_WRITER = ThreadPoolExecutor(1, thread_name_prefix="usage")
+"""The sandbox's usage counter writes, in order, off the runs' threads."""
+
+
+def _add_usage(usage: UsagePort, rows: Sequence[Recorded], bucket: int) -> None:
+    try:
+        for (tenant, month), counts in fire_counts(rows).items():
+            usage.add(tenant, month, counts, shard=bucket)
+    except Exception:  # a count lost, never a fire: logged
+        log.warning("usage not counted", exc_info=True)
+
+
+def drain_usage() -> None:
+    """Wait for every usage write submitted so far (tests)."""
+    USAGE_WRITER.submit(lambda: None).result()
 
 
 def _earliest(a: int | None, b: int | None) -> int | None:
