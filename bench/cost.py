@@ -345,7 +345,7 @@ def merged(last: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
     replaced scenarios' old counts are not taken out: never hidden, maybe overstated)."""
     whole = {**last, **part}
     for key in PER_SCENARIO:
-        whole[key] = {**last.get(key, {}), **part[key]}
+        whole[key] = {**last.get(key, {}), **part.get(key, {})}
     checks = last.get("checks", {})
     whole["checks"] = {
         **part["checks"],
