@@ -220,11 +220,13 @@ class Stack:
         for model in models:
             dynamo.register(model._get_connection().connection.client)
         wiring = self.runtime.wiring
-        for store in (wiring.log, wiring.wake, wiring.timers):
-            dynamo.register(store.client)
+        assert service.usage is not None and service.extras is not None
+        for store in (wiring.log, wiring.wake, wiring.timers, service.usage):
+            dynamo.register(store.client)  # the api's usage counters have a client of their own
         sqs = boto3.client("sqs")
         SqsHooks(self.meter).register(sqs)
         self.sqs = sqs
+        service.extras.sqs = lambda: sqs  # run now sends from the api: metered alike
         self.index = wiring.index
 
         def sleep(seconds: float) -> None:  # an armed run's wait moves the clock
