@@ -18,6 +18,7 @@ import pytest
 from tests.integration.api_harness import SETTINGS
 from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
     LAPSE_MS,
+    REMAINING_MS,
     FlakyLog,
     Kill,
     RecordingSqs,
@@ -32,6 +33,7 @@ from tests.support.clock import T0
 from timers.adapters.usage import UsageCounters
 from timers.core.times import format_ms
 from timers.core.webhooks import Webhook
+from timers.engine.trigger import RunMarker, drain_usage, run_trigger
 
 pytestmark = pytest.mark.integration
 
@@ -272,6 +274,37 @@ def test_a_slow_usage_write_does_not_make_the_next_fires_late(
     assert max(lags.values()) <= 100, lags
     assert sent_before_count and sent_before_count[0] == 2, sent_before_count  # was: 1
     assert api.call("GET", "/v1/tenant/usage").body["fires"]["enqueued"] == 2
+
+
+def test_a_run_waiting_for_its_usage_writes_lets_the_bucket_start_again(
+    rig: Rig,  # noqa: F811
+) -> None:
+    """A run waits for its usage writes when it stops; its run marker is cleared first, so
+    the fan-out's next peek may start the bucket again for what fell due meanwhile - a slow
+    counter write would otherwise hold the bucket until the marker's promise lapsed."""
+    rig.api.create(schedule={"type": "every", "seconds": 10})
+    rig.clock.now = T0 + 10_000
+    assert rig.index.start_run(0, 0, "t", 5_000)
+    real = UsageCounters(SETTINGS.claims_table, rig.log.client)
+    free_while_counting: list[bool] = []
+
+    class Slow:
+        def add(self, *args: Any, **kwargs: Any) -> None:
+            deadline = time.monotonic() + 5  # throttled, retried
+            while time.monotonic() < deadline and not free_while_counting:
+                if rig.index.start_run(0, 0, "next", 5_000):  # the fan-out's next start
+                    free_while_counting.append(True)
+                time.sleep(0.01)
+            real.add(*args, **kwargs)
+
+    run_trigger(rig.deps(usage=Slow()), 0, REMAINING_MS, RunMarker(0, "t"))
+    drain_usage()
+    assert free_while_counting == [True]  # was: the marker held until the write ended
+    assert api_usage(rig)["fires"]["enqueued"] == 1
+
+
+def api_usage(on: Rig) -> dict[str, Any]:
+    return dict(on.api.call("GET", "/v1/tenant/usage").body)
 
 
 def test_a_slow_usage_write_does_not_delay_a_changed_timers_card(

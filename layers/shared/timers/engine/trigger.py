@@ -463,6 +463,7 @@ class Run:
 
     def _stop(self) -> None:
         self._hand_back()
+        self.unmark()  # the bucket's next run may start while this one's counts are written
         self._counted()
 
     def _beat(self, now: int) -> None:
