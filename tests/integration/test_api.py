@@ -719,11 +719,11 @@ def test_two_attempts_at_once_make_one_set_of_timers_and_lose_none(
     create_guarded = timers.create_guarded
     answers: list[Any] = []
 
-    def slow_first(created: Any, guard: Any) -> Any:
+    def slow_first(created: Any, guard: Any, stored: Any) -> Any:
         if not answers:  # the second attempt runs to its end while the first is here
             answers.append(None)
             answers[0] = api.call("POST", "/v1/timers", body=bad(), headers=headers)
-        return create_guarded(created, guard)
+        return create_guarded(created, guard, stored)
 
     monkeypatch.setattr(timers, "create_guarded", slow_first)
     first = api.call("POST", "/v1/timers", body=bad(), headers=headers)

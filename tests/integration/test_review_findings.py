@@ -95,7 +95,7 @@ def test_a_retried_create_in_flight_never_undoes_a_patch_of_the_payload(
     create_guarded = store.create_guarded
     answers: list[Any] = []
 
-    def stalled_first(timer: Any, guard: Any) -> Any:
+    def stalled_first(timer: Any, guard: Any, stored: Any) -> Any:
         if not answers:  # the retry and the user's PATCH happen while the first is here
             answers.append(None)
             answers[0] = api.call("POST", "/v1/timers", body=body, headers=headers)
@@ -104,7 +104,7 @@ def test_a_retried_create_in_flight_never_undoes_a_patch_of_the_payload(
                 "PATCH", f"/v1/timers/{timer_id}", body={"payload": {"v": "new" + "y" * BIG}}
             )
             assert patched.status == 200, patched.body
-        return create_guarded(timer, guard)
+        return create_guarded(timer, guard, stored)
 
     monkeypatch.setattr(store, "create_guarded", stalled_first)
     first = api.call("POST", "/v1/timers", body=body, headers=headers)
@@ -140,7 +140,7 @@ def test_a_retried_batch_create_in_flight_never_brings_back_a_deleted_timer(
     create_guarded = store.create_guarded
     answers: list[Any] = []
 
-    def stalled_first(timers: Any, guard: Any) -> Any:
+    def stalled_first(timers: Any, guard: Any, stored: Any) -> Any:
         if len(timers) > 1 and not answers:  # the first attempt's batch write waits here
             answers.append(None)  # (the retry's own write passes)
             answers[0] = api.call("POST", "/v1/timers:batch", body=body, headers=headers)
@@ -156,7 +156,7 @@ def test_a_retried_batch_create_in_flight_never_brings_back_a_deleted_timer(
             rig.run(hooks=delete_while_claimed)
             assert deleted == [204]
             assert api.call("GET", f"/v1/timers/{timer_id}").status == 404
-        return create_guarded(timers, guard)
+        return create_guarded(timers, guard, stored)
 
     monkeypatch.setattr(store, "create_guarded", stalled_first)
     first = api.call("POST", "/v1/timers:batch", body=body, headers=headers)

@@ -494,9 +494,9 @@ def settle_redriven(message: Message, deps: DeliveryDeps) -> Outcome:
             failed = _failed(state, reason, message, deps.clock())
             if not deps.records.write_delivery(ref, failed, before):
                 raise RuntimeError("delivery record changed meanwhile")
+            # counted by the write that failed it, before anything that may send it round again
+            _add_usage({message.attributes.get("tenant", ""): {"failed": 1}}, deps)
             _record_failure(message, failed, deps)
-            deps.dead_letter(message, reason)
-            return Outcome("dead_lettered", reason=reason, recorded=True)  # failed: counted
     deps.dead_letter(message, reason)
     return Outcome("dead_lettered", reason=reason)
 
@@ -510,12 +510,6 @@ def settle_batch(messages: Sequence[Message], deps: DeliveryDeps) -> BatchReport
         except Exception as exc:  # left on the redrive queue: tried again after its timeout
             log.error("settling failed", extra={"message_id": message.message_id, **_error(exc)})
             report.outcomes[message.message_id] = Outcome("error")
-    settled = [
-        message.attributes.get("tenant", "")
-        for message in messages
-        if report.outcomes[message.message_id].recorded
-    ]
-    _add_usage({tenant: {"failed": settled.count(tenant)} for tenant in set(settled)}, deps)
     return report
 
 

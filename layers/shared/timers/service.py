@@ -179,10 +179,18 @@ class TimerService:
         seen = self.idempotency.claim(tenant.name, key, body_hash, ids, built[0].created_ms)
         if seen is not None:
             return self._replay(tenant, key, specs, single, seen)
-        stored = self.changes.store_new(built, False, self.idempotency.guard(tenant.name, key))
-        self._created(tenant, stored)  # none if a retry of the same key stored them first
+        self._store_keyed(tenant, key, built)
         self.idempotency.complete(tenant.name, key)
         return [timer_view(t) for t in built]
+
+    def _store_keyed(self, tenant: Tenant, key: str, timers: Sequence[Timer]) -> None:
+        """A keyed create's timers, each only where absent; counted in usage as stored, by
+        whichever attempt stored it - a request that fails midway counts what it did store."""
+        stored: list[Timer] = []
+        try:
+            self.changes.store_new(timers, False, self.idempotency.guard(tenant.name, key), stored)
+        finally:
+            self._created(tenant, stored)
 
     # ---------------------------------------------------------------- usage
 
@@ -234,8 +242,7 @@ class TimerService:
             )
         first = self._build_all(tenant, specs, seen.timer_ids, seen.created_ms, single)
         if not seen.done:
-            stored = self.changes.store_new(first, False, self.idempotency.guard(tenant.name, key))
-            self._created(tenant, stored)  # what the first request did not store is counted here
+            self._store_keyed(tenant, key, first)
             self.idempotency.complete(tenant.name, key)
         return [timer_view(t) for t in first]
 

@@ -269,11 +269,13 @@ class TimerStore(LowLevelClient):
             for timer in timers:
                 batch.save(self.item(timer))
 
-    def create_guarded(self, timers: Sequence[Timer], guard: dict[str, Any]) -> list[Timer]:
+    def create_guarded(
+        self, timers: Sequence[Timer], guard: dict[str, Any], stored: list[Timer]
+    ) -> list[Timer]:
         """Each timer (and its payload) in a transaction with ``guard`` (a ConditionCheck),
-        only if absent; returns those stored. A keyed create uses it: once its key is done, a
-        late attempt writes nothing (the timers may have been changed or deleted since)."""
-        stored: list[Timer] = []
+        only if absent; appends those stored to ``stored`` as they are (what a failure midway
+        leaves the caller knowing) and returns it. A keyed create uses it: once its key is
+        done, a late attempt writes nothing (the timers may have been changed or deleted)."""
         for timer in timers:
             absent = {"ConditionExpression": "attribute_not_exists(timer_id)"}
             writes = [guard, {"Put": {"TableName": self.table,

@@ -59,7 +59,9 @@ class TimerPort(Protocol):
 
     def get(self, tenant: str, timer_id: str, consistent: bool = True) -> Timer | None: ...
     def create(self, timers: Sequence[Timer]) -> None: ...
-    def create_guarded(self, timers: Sequence[Timer], guard: dict[str, Any]) -> list[Timer]: ...
+    def create_guarded(
+        self, timers: Sequence[Timer], guard: dict[str, Any], stored: list[Timer]
+    ) -> list[Timer]: ...
     def remove_new(self, timers: Sequence[Timer]) -> None: ...
     def change_writes(self, before: Timer, after: Timer | None) -> list[dict[str, Any]]: ...
     def transact(self, writes: Sequence[dict[str, Any]]) -> None: ...
@@ -123,20 +125,26 @@ class Changes:
     # ---------------------------------------------------------------- create
 
     def store_new(
-        self, created: Sequence[Timer], take_back: bool, guard: dict[str, Any] | None = None
-    ) -> Sequence[Timer]:
+        self,
+        created: Sequence[Timer],
+        take_back: bool,
+        guard: dict[str, Any] | None = None,
+        stored: list[Timer] | None = None,
+    ) -> None:
         """Listings first (a listing without its timer is young, then dead: R4), then the
         timers, then the fast path: what is due within the look-ahead goes into Redis now.
         ``take_back``: a failure takes back what was written (new ids: nobody else knows them).
-        ``guard`` (a keyed create): each timer stored only if absent and the guard holds.
-        Returns the timers this call stored (a keyed create's retry: those still missing)."""
+        ``guard`` (a keyed create): each timer stored only if absent and the guard holds, and
+        appended to ``stored`` as it is - a keyed create's retry stores only what is missing,
+        and a failure midway leaves the caller knowing what it stored."""
         listings = [x for t in created if (x := listing_of(t))]
         listed_at = self.clock()
         if listings:
             self.wake.put(self.wake.items(listings, listed_at))
         try:
             if guard is not None:
-                created = self.timers.create_guarded(created, guard)
+                stored = [] if stored is None else stored
+                created = self.timers.create_guarded(created, guard, stored)
             else:
                 self.timers.create(created)
         except Exception:
@@ -147,7 +155,6 @@ class Changes:
             # so slow a create may have let the migrator find its listings dead (R4): again
             self.wake.put(self.wake.items(listings, self.clock()))
         self._fast_path([card_of(t) for t in created if self._due_soon(t)])
-        return created
 
     # ---------------------------------------------------------------- read
 
