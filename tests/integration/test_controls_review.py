@@ -300,11 +300,7 @@ def test_a_run_waiting_for_its_usage_writes_lets_the_bucket_start_again(
     run_trigger(rig.deps(usage=Slow()), 0, REMAINING_MS, RunMarker(0, "t"))
     drain_usage()
     assert free_while_counting == [True]  # was: the marker held until the write ended
-    assert api_usage(rig)["fires"]["enqueued"] == 1
-
-
-def api_usage(on: Rig) -> dict[str, Any]:
-    return dict(on.api.call("GET", "/v1/tenant/usage").body)
+    assert rig.usage()["fires"]["enqueued"] == 1
 
 
 def test_a_slow_usage_write_does_not_delay_a_changed_timers_card(

@@ -33,12 +33,6 @@ class Died(Exception):
     """The api's request fails here (its Lambda errs: a 500, the client retries)."""
 
 
-def usage(on: Rig) -> dict[str, Any]:
-    reply = on.api.call("GET", "/v1/tenant/usage")
-    assert reply.status == 200, reply.body
-    return dict(reply.body)
-
-
 # ---------------------------------------------------------------- usage
 
 
@@ -71,7 +65,7 @@ def test_a_keyed_create_finished_by_its_retry_is_counted_in_usage(
     rig.run_until_idle()
     assert rig.timer(again.body["id"])["status"] == "completed"
     assert rig.timer(other["id"])["status"] == "active"
-    used = usage(rig)
+    used = rig.usage()
     assert used["timers_created"] == 2, used  # was: 1
     assert used["active_timers"] == 1, used  # was: 0 (1 + 0 - 1: the replayed timer's end)
 
@@ -229,4 +223,4 @@ def test_a_run_killed_after_it_recorded_fires_still_counts_them(
     rig.clock.advance(LAPSE_MS)
     rig.run_until_idle()  # the second fire is taken over and sent; the first is not again
     assert sorted(s.scheduled for s in rig.sqs.sent) == [T0 + 1_000, T0 + 1_250]
-    assert usage(rig)["fires"]["enqueued"] == 2, usage(rig)  # was: 1
+    assert rig.usage()["fires"]["enqueued"] == 2, rig.usage()  # was: 1

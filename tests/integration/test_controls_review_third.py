@@ -37,12 +37,6 @@ pytestmark = pytest.mark.integration
 GUARD_S = 10  # a real-time bound on waiting for the other thread: never reached when it works
 
 
-def usage(on: Rig) -> dict[str, Any]:
-    reply = on.api.call("GET", "/v1/tenant/usage")
-    assert reply.status == 200, reply.body
-    return dict(reply.body)
-
-
 # ---------------------------------------------------------------- the usage writer
 
 
@@ -182,5 +176,5 @@ def test_a_keyed_batch_stored_in_part_then_finished_by_its_retry_counts_every_ti
     assert again.status == 201, again.body
     ids = [t["id"] for t in again.body["items"]]
     assert all(api.call("GET", f"/v1/timers/{i}").status == 200 for i in ids)
-    used = usage(rig)
+    used = rig.usage()
     assert (used["timers_created"], used["active_timers"]) == (2, 2), used  # was: (1, 1)

@@ -185,6 +185,12 @@ class Rig:
         assert reply.status == 200, reply.body
         return list(reply.body["items"])
 
+    def usage(self, tenant: str = "acme") -> dict[str, Any]:
+        """The tenant's usage of this month, as GET /v1/tenant/usage answers it."""
+        reply = self.api.call("GET", "/v1/tenant/usage", tenant=tenant)
+        assert reply.status == 200, reply.body
+        return dict(reply.body)
+
     def timer(self, timer_id: str, tenant: str = "acme") -> dict[str, Any]:
         return dict(self.api.call("GET", f"/v1/timers/{timer_id}", tenant=tenant).body)
 
