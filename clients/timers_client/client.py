@@ -49,36 +49,13 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "revoke_key": ("DELETE", "/v1/tenant/keys/{key_id}"),
     "usage": ("GET", "/v1/tenant/usage"),
 }
+TIMER_FIELDS = ("name", "schedule", "start_at", "end_at", "max_fires", "target", "payload",
+                "misfire", "retry")  # fmt: skip
+"""What a create sets and a PATCH may change."""
 # Request bodies: SDK method -> (schema name, the method's parameters that fill it).
 REQUEST_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "create": (
-        "TimerCreate",
-        (
-            "name",
-            "schedule",
-            "start_at",
-            "end_at",
-            "max_fires",
-            "target",
-            "payload",
-            "misfire",
-            "retry",
-        ),
-    ),
-    "patch": (
-        "TimerPatch",
-        (
-            "name",
-            "schedule",
-            "start_at",
-            "end_at",
-            "max_fires",
-            "target",
-            "payload",
-            "misfire",
-            "retry",
-        ),
-    ),
+    "create": ("TimerCreate", TIMER_FIELDS),
+    "patch": ("TimerPatch", TIMER_FIELDS),
     "preview": ("PreviewIn", ("schedule", "start_at", "end_at", "max_fires", "count")),
     "create_key": ("KeyCreate", ("label",)),
 }

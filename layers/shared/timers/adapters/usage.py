@@ -17,12 +17,15 @@ that dies between the two leaves those fires uncounted. The items never expire (
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from timers.adapters.dynamodb import LowLevelClient
+
+log = logging.getLogger(__name__)
 
 USAGE_SHARDS = 8
 MONTHS_BACK = 120  # how far back an active-timers sum reaches (a decade)
@@ -113,3 +116,13 @@ def fire_counts(recorded: Sequence[Recorded]) -> dict[tuple[str, str], dict[str,
         elif state == "f":
             counts["failed"] += 1
     return out
+
+
+def count_fires(usage: Any, recorded: Sequence[Recorded], shard: int | None = None) -> None:
+    """Add recorded fires to their tenants' usage, one ADD per tenant and month. A count lost,
+    never a fire: an error is logged, not raised."""
+    try:
+        for (tenant, month), counts in fire_counts(recorded).items():
+            usage.add(tenant, month, counts, shard=shard)
+    except Exception:
+        log.warning("usage not counted", exc_info=True)

@@ -29,7 +29,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from timers.adapters.usage import fire_counts
+from timers.adapters.usage import count_fires
 from timers.core.errors import ConcurrentUpdate
 from timers.core.schedule import first_fire, is_recurring, next_fire
 from timers.core.timer import Timer
@@ -112,13 +112,8 @@ class Extras:
         )
         if not self.log.record(ref[0], owner, {ref[1]: done}):
             raise ConcurrentUpdate("the extra fire's claim was taken meanwhile")
-        if self.usage is not None:
-            try:
-                recorded = (timer.tenant, pos, done.enqueued or pos, done.state, False)
-                for (tenant, month), counts in fire_counts([recorded]).items():
-                    self.usage.add(tenant, month, counts)
-            except Exception:  # counting never fails the request: the fire went
-                log.warning("usage not counted", exc_info=True)
+        if self.usage is not None:  # never fails the request: the fire went
+            count_fires(self.usage, [(timer.tenant, pos, done.enqueued or pos, done.state, False)])
         return timer, pos, done
 
     def _claim(

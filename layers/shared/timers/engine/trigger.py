@@ -34,7 +34,7 @@ from typing import Any, Literal, Protocol, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError
 
 from timers.adapters.timers_table import TimerStore
-from timers.adapters.usage import FINISHED, Recorded, fire_counts
+from timers.adapters.usage import FINISHED, count_fires
 from timers.core.schedule import is_recurring
 from timers.core.timer import Timer
 from timers.engine.changes import Checkpoints
@@ -661,7 +661,7 @@ class Run:
             if (e := job.entry) is not None and e.state in FINISHED
         ]
         if usage is not None and rows:
-            self.counting.append(USAGE_WRITER.submit(_add_usage, usage, rows, self.bucket))
+            self.counting.append(USAGE_WRITER.submit(count_fires, usage, rows, self.bucket))
 
     def _counted(self) -> None:
         """Wait for this run's usage writes while its invocation has time left."""
@@ -781,14 +781,6 @@ class Run:
 
 USAGE_WRITER = ThreadPoolExecutor(1, thread_name_prefix="usage")
 """The sandbox's usage counter writes, in order, off the runs' threads."""
-
-
-def _add_usage(usage: UsagePort, rows: Sequence[Recorded], bucket: int) -> None:
-    try:
-        for (tenant, month), counts in fire_counts(rows).items():
-            usage.add(tenant, month, counts, shard=bucket)
-    except Exception:  # a count lost, never a fire: logged
-        log.warning("usage not counted", exc_info=True)
 
 
 def drain_usage() -> None:
