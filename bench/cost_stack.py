@@ -206,7 +206,7 @@ class Stack:
         self.settings = settings
         created = admin.create_tenant(admin.Target(settings, self.raw_sqs), TENANT)
         self.api_key, self.queue_url = created["api_key"], created["callback_queue_url"]
-        self.runtime = build_runtime(settings, self.clock, redis_conn=conn)
+        self.runtime = build_runtime(settings, self.clock, redis_conn=conn, reference=self.clock)
         service = self.runtime.service
         service.allow_loopback_targets = True
 

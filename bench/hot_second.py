@@ -59,7 +59,7 @@ def drain_hot_second(n: int, redis_url: str) -> dict[str, Any]:
         conn = redis.Redis.from_url(redis_url, decode_responses=True)
         conn.flushall()
         settings = template.local_settings()
-        runtime = build_runtime(settings, clock, redis_conn=conn)
+        runtime = build_runtime(settings, clock, redis_conn=conn, reference=clock)
         runtime.tenants.put_tenant(TENANT, "https://sqs.us-east-1.amazonaws.com/1/hot", clock())
         tenant = runtime.tenants.get_tenant(TENANT)
         assert tenant is not None

@@ -108,7 +108,9 @@ def make_api(
     target = redis_at if isinstance(redis_at, RedisTarget) else RedisTarget(redis_at, cluster=False)
     conn = target.client()
     conn.flushall()
-    runtime = build_runtime(target.settings(**settings), clock, redis_conn=conn, sleep=clock.sleep)
+    runtime = build_runtime(
+        target.settings(**settings), clock, redis_conn=conn, sleep=clock.sleep, reference=clock
+    )
     monkeypatch.setattr(api_resolver, "_runtime", runtime)
     sqs = boto3.client("sqs")
     keys, queues = {}, {}

@@ -278,8 +278,10 @@ def build_runtime(
     clock: Callable[[], int] = wall_clock_ms,
     redis_conn: Any = None,
     sleep: Callable[[float], None] = time.sleep,
+    reference: Callable[[], int] | None = None,
 ) -> Runtime:
-    """The api's: its service over the fire path's stores, and its failed-fires service."""
+    """The api's: its service over the fire path's stores, and its failed-fires service.
+    ``reference``: the reference clock run now fires by (default: Redis TIME, the trigger's)."""
     w = wire(settings or Settings.from_env(), clock, redis_conn, sleep=sleep)
     s = w.settings
     deliveries = DeliveryRecords(s.claims_table, s.fire_retention_days)
@@ -295,8 +297,7 @@ def build_runtime(
         w.log,
         w.timers,
         clock,
-        # the trigger's reference (Redis TIME); a test's clock is the reference itself
-        (lambda: redis_time_ms(w.redis)) if clock is wall_clock_ms else clock,
+        reference or (lambda: redis_time_ms(w.redis)),
         sqs_client,
         s.delivery_queue_url,
         s.fire_retention_days * DAY_MS,

@@ -415,18 +415,20 @@ class TenantStore:
 
     def _list_key(self, name: str, key: ApiKey) -> None:
         """Add an admin's key to the tenant's list (no KEYS_MAX: an operator's tool)."""
-        for _ in range(3):
+
+        def attempt() -> None:
             tenant = self._get_item(name)
             keys = _keys(tenant.api_keys)
             if any(k.digest == key.digest for k in keys):
                 return
             try:
                 self._relist(tenant, [*keys, key])
-                return
             except UpdateError as exc:
                 if not failed_because(exc, "ConditionalCheckFailedException"):
                     raise
-        raise ConcurrentUpdate("the tenant's keys kept changing; retry")
+                raise ConcurrentUpdate("the tenant's keys kept changing; retry") from exc
+
+        _again_while_changing(attempt)
 
     def revoke_key(self, api_key: str) -> bool:
         """Delete a key and count the revocation (what tells every api sandbox to forget the keys
