@@ -43,7 +43,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from timers.adapters.target_slots import Held
-from timers.adapters.usage import month_of
+from timers.adapters.usage import add_quietly, month_of
 from timers.core.errors import trace_frames
 from timers.core.failures import FailedFire, redelivered_at
 from timers.core.timer import fire_due_ms, fire_timer_id
@@ -439,15 +439,12 @@ def _count(
 
 
 def _add_usage(counts: Mapping[str, Mapping[str, int]], deps: DeliveryDeps) -> None:
-    """One ADD per tenant of this month; counting never fails a batch."""
+    """One ADD per tenant of this month."""
     if deps.usage is None:
         return
-    try:
-        month = month_of(deps.clock())
-        for tenant, given in counts.items():
-            deps.usage.add(tenant, month, given)
-    except Exception:
-        log.warning("usage not counted", exc_info=True)
+    month = month_of(deps.clock())
+    for tenant, given in counts.items():
+        add_quietly(deps.usage, tenant, month, given)
 
 
 def deliver(message: Message, deps: DeliveryDeps) -> Outcome:

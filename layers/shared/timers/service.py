@@ -22,7 +22,7 @@ from typing import Any
 from timers.adapters.delivery_records import DeliveryRecords
 from timers.adapters.idempotency import IdempotencyRecord, IdempotencyStore
 from timers.adapters.tenants import Tenant
-from timers.adapters.usage import UsageCounters, month_of
+from timers.adapters.usage import UsageCounters, add_quietly, month_of
 from timers.core import timer as timers
 from timers.core.errors import (
     FieldError,
@@ -197,22 +197,16 @@ class TimerService:
     def _created(self, tenant: Tenant, built: Sequence[Timer]) -> None:
         if self.usage is None or not built:
             return
-        try:
-            active = sum(t.status == "active" for t in built)
-            self.usage.add(tenant.name, month_of(built[0].created_ms),
-                           {"timers_created": len(built), "active": active})  # fmt: skip
-        except Exception:  # counting never fails a request
-            log.warning("usage not counted", exc_info=True)
+        active = sum(t.status == "active" for t in built)
+        add_quietly(self.usage, tenant.name, month_of(built[0].created_ms),
+                    {"timers_created": len(built), "active": active})  # fmt: skip
 
     def status_moved(self, tenant: str, before: str, after: str | None) -> None:
         """A committed change moved a timer in or out of ``active``: the gauge follows."""
         delta = (after == "active") - (before == "active")
         if self.usage is None or not delta:
             return
-        try:
-            self.usage.add(tenant, month_of(self.clock()), {"active": delta})
-        except Exception:
-            log.warning("usage not counted", exc_info=True)
+        add_quietly(self.usage, tenant, month_of(self.clock()), {"active": delta})
 
     def usage_of(self, tenant: Tenant, month: str | None) -> dict[str, Any]:
         """The tenant's usage of ``month`` (YYYY-MM, UTC; None: this month)."""

@@ -118,11 +118,18 @@ def fire_counts(recorded: Sequence[Recorded]) -> dict[tuple[str, str], dict[str,
     return out
 
 
-def count_fires(usage: Any, recorded: Sequence[Recorded], shard: int | None = None) -> None:
-    """Add recorded fires to their tenants' usage, one ADD per tenant and month. A count lost,
-    never a fire: an error is logged, not raised."""
+def add_quietly(
+    usage: Any, tenant: str, month: str, counts: Mapping[str, int], shard: int | None = None
+) -> None:
+    """``usage.add``, never raising: a count lost is logged - a request, a run or a batch
+    never fails on its counting."""
     try:
-        for (tenant, month), counts in fire_counts(recorded).items():
-            usage.add(tenant, month, counts, shard=shard)
+        usage.add(tenant, month, counts, shard=shard)
     except Exception:
-        log.warning("usage not counted", exc_info=True)
+        log.warning("usage not counted", exc_info=True, extra={"tenant": tenant})
+
+
+def count_fires(usage: Any, recorded: Sequence[Recorded], shard: int | None = None) -> None:
+    """Add recorded fires to their tenants' usage, one ADD per tenant and month."""
+    for (tenant, month), counts in fire_counts(recorded).items():
+        add_quietly(usage, tenant, month, counts, shard)
