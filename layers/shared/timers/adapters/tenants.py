@@ -245,18 +245,22 @@ class TenantStore:
                     actions=[self.models.api_key.last_used_ms.set(now)],
                     condition=self.models.api_key.pk.exists(),
                 )  # not a revoked one
-            if not any(k.digest == key.pk[4:] for k in _keys(tenant.api_keys)):
+            keys = _keys(tenant.api_keys)
+            if not any(k.digest == key.pk[4:] for k in keys):
                 listed = ApiKey(key.key_id, key.pk[4:], int(key.created_ms), key.label)
                 # only while the key still exists: one revoked since it was read is not back
-                self._transact_keys(tenant, [*_keys(tenant.api_keys), listed], existing=key)
+                self._transact_keys(tenant, [*keys, listed], existing=key)
         except (UpdateError, ValueError, ConcurrentUpdate):
             pass
 
     def _relist(self, tenant: TenantItem, keys: list[ApiKey]) -> None:
-        held = self.models.tenant.api_keys
-        before = tenant.api_keys
+        tenant.update(*self._list_write(tenant, keys))
+
+    def _list_write(self, tenant: TenantItem, keys: list[ApiKey]) -> tuple[list[Any], Any]:
+        """The update of the tenant's key list to ``keys``, on condition it is as read."""
+        held, before = self.models.tenant.api_keys, tenant.api_keys
         condition = held.does_not_exist() if before is None else held == before
-        tenant.update(actions=[held.set(_keys_json(keys))], condition=condition)
+        return [held.set(_keys_json(keys))], condition
 
     # ---------------------------------------------------------------- a tenant's own keys
 
@@ -318,12 +322,10 @@ class TenantStore:
         delete: ApiKeyItem | None = None,
         existing: ApiKeyItem | None = None,
     ) -> None:
-        held = self.models.tenant.api_keys
-        before = tenant.api_keys
-        condition = held.does_not_exist() if before is None else held == before
+        actions, condition = self._list_write(tenant, keys)
         try:
             with TransactWrite(connection=tenant._get_connection().connection) as tx:
-                tx.update(tenant, actions=[held.set(_keys_json(keys))], condition=condition)
+                tx.update(tenant, actions=actions, condition=condition)
                 if save is not None:
                     tx.save(save, condition=self.models.api_key.pk.does_not_exist())
                 if delete is not None:  # and counted with it: one commit, or neither
