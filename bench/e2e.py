@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -43,14 +44,17 @@ import boto3
 from bench.common import last_results, progress, quick, write_results
 from tests.support.local_stack import RunningStack, admin, descendants, start_stack
 from timers.core.times import format_ms, parse_ms
+from timers.engine.entries import PARTITIONS
 
 STEADY_TIMERS = 20
+FRESH_FROM_S = 5  # a fresh stack's steady lag is counted from this long after the first fire
 WARM_UP_S = 15  # the local runtime starts sandboxes on demand, in seconds each on 2 busy cores
 BATCH = 100  # timers per POST /v1/timers:batch
 CREATE_THREADS = 4  # batch creates in flight (the stack's api has 4 sandboxes)
 RUN_COUNTS = ("ambiguous", "unrecorded", "handed_back", "refused", "held", "reclaimed", "failed")
 LOGS = Path(__file__).resolve().parent / "results" / "logs"  # the last run's stack logs
 DRAIN_WAIT_S = 600  # a burst that has not drained by then is reported as not drained
+HOT_AHEAD_S = 75  # the hot second's timers are created this far ahead of their due time
 BURST_SANDBOXES = "2"  # per function, for bursts: fewer calls in flight keep moto's queues short
 
 
@@ -249,6 +253,39 @@ def steady(a: Tenant, window_s: int) -> dict[str, Any]:
     }
 
 
+def fresh(a: Tenant, window_s: int) -> dict[str, Any]:
+    """The steady load on a stack that has just started, as a user first meets it: no warm-up,
+    sandboxes started as the load needs them. Counted from FRESH_FROM_S after the first due
+    time; the first fire of each timer is counted apart (the cold path)."""
+    first = (now_ms() // 1000 + 3) * 1000
+    phases = sorted(random.Random(7).sample(range(1000), STEADY_TIMERS))
+    ids = a.create_batch([{"schedule": {"type": "every", "seconds": 1},
+                           "start_at": format_ms(first + p), "payload": {"bench": True}}
+                          for p in phases])  # fmt: skip
+    start, end = first + FRESH_FROM_S * 1000, first + (FRESH_FROM_S + window_s) * 1000
+    time.sleep(max(0.0, (start - now_ms()) / 1000))
+    runs0 = trigger_runs(a.stack)
+    time.sleep(max(0.0, (end - now_ms()) / 1000))
+    runs1 = trigger_runs(a.stack)
+    time.sleep(3)
+    callbacks, duplicates = a.consumer.of(set(ids))
+    for timer_id in ids:
+        a.call("DELETE", f"/timers/{timer_id}")
+    firsts = [c for c in callbacks if c.scheduled < first + 1000]
+    in_window = [c for c in callbacks if start <= c.scheduled < end]
+    runs = runs_between(runs0, runs1)
+    return {
+        "timers": STEADY_TIMERS,
+        "from_s": FRESH_FROM_S,
+        "window_s": window_s,
+        **summary(in_window, duplicates, STEADY_TIMERS * window_s),
+        "first_fires": summary(firsts, 0, STEADY_TIMERS),
+        "late_over_100ms": sorted(lag for c in in_window if (lag := c.sent - c.scheduled) > 100),
+        "invocations_per_fire": round(runs["runs"] / max(1, len(in_window)), 3),
+        "trigger": runs,
+    }
+
+
 def spaced(a: Tenant, count: int) -> dict[str, Any]:
     rng = random.Random(11)
     base = (now_ms() // 1000 + 3) * 1000
@@ -315,6 +352,65 @@ def burst(a: Tenant, n: int, seconds_per_batch: float) -> dict[str, Any]:
     }
 
 
+def neighbour_of(tenant: str, buckets: int = 16) -> str:
+    """A tenant name that sorts after ``tenant`` and whose home partition lands in the same
+    bucket, so its timers share every bucket with ``tenant``'s (spread 8 of 16)."""
+    home = zlib.crc32(tenant.encode()) % PARTITIONS % buckets
+    return next(name for n in range(10_000) if (name := f"{tenant}-z{n}") > tenant
+                and zlib.crc32(name.encode()) % PARTITIONS % buckets == home)  # fmt: skip
+
+
+def hot_and_lone(
+    hot: Tenant, lone_tenant: Tenant, burst: int, lone: int, ahead_s: int
+) -> dict[str, Any]:
+    """Tenant H's ``burst`` one-shots due in one millisecond (batch creates, ``ahead_s``
+    ahead), tenant L's ``lone`` in the same millisecond: L's lag while H's burst drains, H's
+    drain, and what the stack said meanwhile (runs killed at their timeout, events dropped)."""
+    due = (now_ms() // 1000 + ahead_s) * 1000
+    started = time.monotonic()
+    h_ids = set(hot.create_batch([at(due) for _ in range(burst)]))
+    l_ids = set(lone_tenant.create_batch([at(due) for _ in range(lone)]))
+    created_s = round(time.monotonic() - started, 1)
+    late_setup_ms = max(0, now_ms() - due)
+    lines0 = len(hot.stack.lines)
+    time.sleep(max(0.0, (due - 1000 - now_ms()) / 1000))
+    cpu0, runs0 = cpu_seconds(hot.stack), trigger_runs(hot.stack)
+    wait_for(lambda: len(lone_tenant.consumer.of(l_ids)[0]) == lone, 60)
+    drained = wait_for(lambda: len(hot.consumer.of(h_ids)[0]) == burst, DRAIN_WAIT_S)
+    cpu1, runs1 = cpu_seconds(hot.stack), trigger_runs(hot.stack)
+    time.sleep(3)
+    h_calls, h_dups = hot.consumer.of(h_ids)
+    said = hot.stack.lines[lines0:]
+    return {
+        "burst": burst,
+        "lone": lone,
+        "created_in_s": created_s,
+        "setup_ended_late_ms": late_setup_ms,
+        "l": summary(*lone_tenant.consumer.of(l_ids), lone),
+        "h": summary(h_calls, h_dups, burst),
+        "h_drained": drained,
+        "h_last_sent_s": round((max((c.sent for c in h_calls), default=due) - due) / 1000, 2),
+        "runs_timed_out": sum("Task timed out" in line for line in said),
+        "events_dropped": sum("dropped an event" in line for line in said),
+        "cpu_s": {k: round(cpu1[k] - cpu0[k], 1) for k in cpu0},
+        "trigger": runs_between(runs0, runs1),
+    }
+
+
+def hot_second_default(burst: int = 6_000, lone: int = 8) -> dict[str, Any]:
+    """The hot second on ``make run`` as it starts by default (its sandboxes, its buckets)."""
+    with local_stack("hot_6000") as stack:
+        h_made = admin(stack, "tenant", "create", "bench-h")
+        l_made = admin(stack, "tenant", "create", neighbour_of("bench-h"))
+        h = Tenant(stack, h_made["api_key"], h_made["callback_queue_url"])
+        lo = Tenant(stack, l_made["api_key"], l_made["callback_queue_url"])
+        progress(f"e2e: tenant H's {burst:,} in one ms, tenant L's {lone} beside them")
+        result = hot_and_lone(h, lo, burst, lone, HOT_AHEAD_S)
+        h.consumer.stop()
+        lo.consumer.stop()
+    return result
+
+
 @contextmanager
 def local_stack(label: str, **env: str) -> Iterator[RunningStack]:
     """A fresh stack (its own tables, queues and Redis); its logs are kept in LOGS/<label>."""
@@ -341,6 +437,9 @@ def on_time(window_s: int, short: bool) -> dict[str, Any]:
         a = demo_tenant(stack)
         tenant_b = admin(stack, "tenant", "create", "bench-b")
         b = Tenant(stack, tenant_b["api_key"], tenant_b["callback_queue_url"])
+        progress(f"e2e: fresh stack, {STEADY_TIMERS} timers every 1 s, {window_s} s window")
+        out["fresh"] = fresh(a, window_s)
+        progress(f"e2e: fresh sent lag {out['fresh']['sent_lag_ms']}")
         progress(f"e2e: steady, {STEADY_TIMERS} timers every 1 s, {window_s} s window")
         out["steady"] = steady(a, window_s)
         progress(f"e2e: steady fired_at lag {out['steady']['fired_at_lag_ms']}")
@@ -372,6 +471,16 @@ def hot_second() -> dict[str, Any]:
 def main() -> int:
     short = quick()
     window_s, bursts = (30, [1_000]) if short else (60, [1_000, 10_000])
+    if sys.argv[1:] == ["fresh"]:  # python -m bench.e2e fresh: fresh, then warmed (printed)
+        with local_stack("fresh") as stack:
+            a = demo_tenant(stack)
+            result = {"fresh": fresh(a, window_s), "warm": steady(a, window_s)}
+            a.consumer.stop()
+        print(json.dumps(result, indent=1))
+        return 0
+    if sys.argv[1:] == ["hot"]:  # python -m bench.e2e hot: 6,000 + 8 on the default stack
+        print(json.dumps(hot_second_default(), indent=1))
+        return 0
     if sys.argv[1:] == ["fairness"]:  # python -m bench.e2e fairness: the 300-burst alone
         print(json.dumps(hot_second(), indent=1))  # printed, not written to the results
         return 0

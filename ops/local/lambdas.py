@@ -15,21 +15,16 @@ import contextlib
 import json
 import multiprocessing
 import os
-import signal
-import sys
 import threading
 import time
-import traceback
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from importlib import import_module
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ops.local.context import LambdaContext
+from ops.local.sandbox import SandboxSpec, serve
 from ops.local.spec import FunctionSpec
 
 IDLE_S = 300.0
@@ -37,7 +32,10 @@ IDLE_S = 300.0
 idle sandboxes are seen retired after roughly 5 to 15 minutes, sooner under memory pressure."""
 INIT_TIMEOUT_S = 60.0  # generous: a cold import on a busy 2-core laptop is slow
 ASYNC_RETRY_DELAYS_S = (60.0, 120.0)  # Lambda retries a failed async event after ~1, then ~2 min
-_SPAWN = multiprocessing.get_context("spawn")  # never fork a process that runs threads
+# Sandboxes are forked from a server that imported only ops.local.sandbox (never from the
+# stack, which runs threads): a cold start is the handler's imports, as in Lambda.
+_SANDBOXES = multiprocessing.get_context("forkserver")
+_SANDBOXES.set_forkserver_preload(["ops.local.sandbox"])
 _BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT", "VIRTUAL_ENV")
 
 
@@ -57,11 +55,6 @@ class Outcome:
         """The error body of a failed invocation."""
         body: dict[str, Any] = json.loads(self.payload)
         return body
-
-
-def _error(exc: BaseException) -> tuple[str, str, list[str]]:
-    trace = traceback.format_exception(exc)
-    return type(exc).__name__, str(exc), [line.rstrip() for line in trace]
 
 
 def sandbox_env(spec: FunctionSpec, region: str, runtime: dict[str, str]) -> dict[str, str]:
@@ -85,62 +78,18 @@ def sandbox_env(spec: FunctionSpec, region: str, runtime: dict[str, str]) -> dic
     return env
 
 
-def _sandbox(
-    spec: FunctionSpec, env: dict[str, str], conn: Connection, log: str, parent: int
-) -> None:
-    """A worker process: import the handler, then serve invocations until the pipe closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the stack owns Ctrl-C and stops us itself
-    out = open(log, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
-    os.dup2(out.fileno(), 1)
-    os.dup2(out.fileno(), 2)
-
-    def orphaned() -> None:  # the stack was killed outright: go with it
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=orphaned, daemon=True).start()
-    os.environ.clear()
-    os.environ.update(env)
-    sys.path[:0] = spec.code_paths
-    try:
-        handler = getattr(import_module(spec.module), spec.attr)
-    except BaseException as exc:
-        conn.send(("init_error", _error(exc)))
-        return
-    conn.send(("ready", None))
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return
-        if message is None:
-            return
-        request_id, event = message
-        context = LambdaContext(
-            function_name=spec.name,
-            memory_limit_in_mb=spec.memory_mb,
-            timeout_s=spec.timeout_s,
-            aws_request_id=request_id,
-            log_group_name=f"/aws/lambda/{spec.name}",
-        )
-        try:
-            result = handler(event, context)
-            conn.send(("ok", json.dumps(result).encode()))
-        except Exception as exc:
-            traceback.print_exc()
-            conn.send(("error", _error(exc)))
-
-
 class Worker:
     """One sandbox process and the pipe to it."""
 
     def __init__(self, spec: FunctionSpec, env: dict[str, str], log: Path) -> None:
         self.spec = spec
-        self.conn, child = _SPAWN.Pipe()
-        self.process = _SPAWN.Process(
-            target=_sandbox,
-            args=(spec, env, child, str(log), os.getpid()),
+        self.conn, child = _SANDBOXES.Pipe()
+        plain = SandboxSpec(
+            spec.name, spec.module, spec.attr, spec.code_paths, spec.timeout_s, spec.memory_mb
+        )
+        self.process = _SANDBOXES.Process(
+            target=serve,
+            args=(plain, env, child, str(log)),
             name=f"lambda:{spec.name}",
             daemon=True,
         )

@@ -5,6 +5,7 @@ async queue that retries as configured."""
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -237,3 +238,22 @@ def test_the_idle_time_must_be_positive(tmp_path: Path, idle_s: float) -> None:
     function = spec()
     with pytest.raises(ValueError, match="idle_s must be a positive"):
         FunctionPool(function, sandbox_env(function, "us-east-1", {}), tmp_path, 1, print, idle_s)
+
+
+def test_each_invocation_logs_a_report_line_as_lambda_does(
+    pool: FunctionPool, tmp_path: Path
+) -> None:
+    """Lambda's REPORT line (duration, billed ms, memory; the init on a sandbox's first), with
+    the sandbox process's CPU time beside it: what bench.cost reads durations from."""
+    first, second = result(pool.invoke({})), result(pool.invoke({}))
+    lines = [line for line in (tmp_path / "Probe.log").read_text().splitlines()
+             if line.startswith("REPORT ")]  # fmt: skip
+    assert len(lines) == 2
+    for line, reply in zip(lines, (first, second), strict=True):
+        fields = dict(part.split(": ", 1) for part in line.removeprefix("REPORT ").split("\t"))
+        assert fields["RequestId"] == reply["request_id"]
+        duration = float(fields["Duration"].removesuffix(" ms"))
+        assert int(fields["Billed Duration"].removesuffix(" ms")) == math.ceil(duration)
+        assert fields["Memory Size"] == "128 MB"
+        assert float(fields["CPU"].removesuffix(" ms")) >= 0
+    assert "Init Duration" in lines[0] and "Init Duration" not in lines[1]
