@@ -373,35 +373,70 @@ def test_a_member_without_a_card_is_dropped_by_a_lease(
 
 
 def test_a_lease_is_fair_across_tenants(index: BucketIndex) -> None:
-    """When more are leasable than a lease takes, it takes them round-robin across tenants
-    (among the first ``scan`` candidates, 4 x limit by default): one tenant's burst never
-    keeps another's timer waiting behind it."""
+    """When more are leasable than a lease takes, it takes them round-robin across tenants:
+    one tenant's burst never keeps another's timer waiting behind it."""
     # Same score: Redis orders them by member, so all of acme's come before zeta's.
     burst = many(39, tenant="acme")
     lone = card("tm-lone", tenant="zeta")
     index.put([*burst, lone])
-    first = lease(index, limit=10)  # scans 40 candidates: the lone one is the last of them
+    first = lease(index, limit=10)
     assert first.cards == [burst[0], lone, *burst[1:9]]  # one of each tenant per round
 
     index.put(many(6, NOW - 1, tenant="beta") + many(2, NOW - 1, tenant="gamma"))
-    got = lease(index, limit=9).cards
-    assert Counter(c.timer.tenant for c in got) == {"acme": 3, "beta": 4, "gamma": 2}
+    got = lease(index, limit=9).cards  # newcomers join the round in progress
+    assert Counter(c.timer.tenant for c in got) == {"acme": 4, "beta": 3, "gamma": 2}
 
-    # no more candidates than the limit: plain due order, whatever the tenants
+    # the rest, in rounds too: a round takes one of each tenant that has any left
     rest = lease(index, limit=1_000).cards
-    assert rest == sorted(rest, key=lambda c: (c.pos, c.member))
-    assert Counter(c.timer.tenant for c in rest) == {"acme": 27, "beta": 2}
+    assert [Counter(c.timer.tenant for c in rest[i : i + 2]) for i in (0, 2, 4)] == [
+        {"acme": 1, "beta": 1}
+    ] * 3
+    assert Counter(c.timer.tenant for c in rest) == {"acme": 26, "beta": 3}
     assert len(first.cards) + len(got) + len(rest) == 40 + 8
 
+    # nothing queued and everything leasable in view: due order, whatever the tenants
+    later = many(3, NOW + 5, tenant="zeta") + many(2, NOW + 3, tenant="acme")
+    index.put(later)
+    assert lease(index, NOW + 5, limit=10).cards == sorted(later, key=lambda c: (c.pos, c.member))
 
-def test_a_lease_scans_a_bounded_number_of_candidates(index: BucketIndex) -> None:
-    """A lease reads at most ``scan`` candidates, however big the bucket: the round-robin is
-    among those (the 41st member's tenant is not seen by a lease of 10)."""
-    burst = many(40, tenant="acme")
+
+def test_a_crowd_of_any_size_never_hides_another_tenant(index: BucketIndex) -> None:
+    """A lease looks at a bounded number of candidates (``scan``); whatever lies behind them
+    is queued fairly (start-time fair queuing), so a tenant whose name sorts last, due with or
+    just after another tenant's crowd of any size, goes out in the first lease."""
+    crowd = many(3_000, tenant="acme")
+    lone = card("tm-lone", tenant="zeta")  # sorts after every one of acme's
+    index.put([*crowd, lone])
+    assert lone in lease(index, limit=10).cards
+
+    # due a millisecond after the crowd, while the crowd drains: the next lease takes it
+    late = card("tm-late", NOW + 1, tenant="zeta")
+    index.put([late])
+    assert lease(index, NOW + 1, limit=10).cards[:2] == [crowd[9], late]
+
+    # many crowding tenants: one more tenant still gets a place in the first round
+    index.put([c for t in ("beta", "gamma", "delta") for c in many(500, NOW + 2, tenant=t)])
+    newcomer = card("tm-new", NOW + 2, tenant="zz-top")
+    index.put([newcomer])
+    first_round = lease(index, NOW + 2, limit=5).cards
+    assert {c.timer.tenant for c in first_round} == {"acme", "beta", "gamma", "delta", "zz-top"}
+
+    # every member is leased exactly once, crowd and all
+    leased = [*first_round]
+    while batch := lease(index, NOW + 2, limit=97).cards:
+        leased += batch
+    assert len(leased) + 10 + 10 == 3_000 + 1 + 1 + 1_500 + 1
+
+
+def test_a_crowd_is_queued_a_bounded_slice_a_lease(index: BucketIndex) -> None:
+    """A lease queues at most ``admit`` members (a few ms of Redis a call): a tenant due behind
+    a crowd bigger than that is queued - and leased - within one lease per ``admit`` members
+    due before it."""
+    crowd = many(1_000, tenant="acme")
     lone = card("tm-lone", tenant="zeta")
-    index.put([*burst, lone])
-    assert lease(index, limit=10).cards == burst[:10]
-    assert lease(index, limit=10, scan=31).cards == [burst[10], lone, *burst[11:19]]
+    index.put([*crowd, lone])
+    found = [lone in index.lease(0, NOW, LEASE_END, 10, admit=300).cards for _ in range(4)]
+    assert found == [False, False, False, True]
 
 
 def test_interleaved_leasers_get_disjoint_cards_covering_everything_once(
@@ -875,15 +910,24 @@ def test_a_fire_costs_a_few_redis_commands_and_a_call_bounded_work(
     index.put([warm])
     lease(index, bucket=1)
     index.settle(1, [(warm, None, 1)])
-    for k in (1, 100):
+    settle = Counter(evalsha=1, hmget=1, hset=1, zadd=1, zrangebyscore=1)
+    lease_once = Counter(evalsha=1, hmget=1, zadd=1)  # the cards read, their leases written
+    fresh_queue = Counter({"zrangebyscore": 4, "zmscore": 1, "zadd": 2, "del": 1})
+    steps = [  # (limit, leased, what it meets, the commands of its look, queue and head)
+        (100, 100, "all 300 in view: round-robin", Counter(zrangebyscore=3)),
+        (1, 1, "a crowd behind the look: queued", fresh_queue),
+        (100, 100, "the queue: its head is V", Counter(zrangebyscore=2)),
+        (100, 99, "the queue's last 99: it ends", Counter({"zrangebyscore": 3, "del": 1})),
+    ]
+    for k, n, meets, looks in steps:
         got: list[Leased] = []
         ran = commands(redis_client, lambda k=k, got=got: got.append(lease(index, limit=k)))
         (leased,) = got
-        assert len(leased.cards) == k
-        assert ran == Counter(evalsha=1, zrangebyscore=2, hmget=1, zadd=1)
+        assert len(leased.cards) == n, meets
+        assert ran == lease_once + looks, meets
         moves = [(c, c.at(NOW + 60_000, 1, c.pos), 1) for c in leased.cards]
         ran = commands(redis_client, lambda moves=moves: index.settle(0, moves))
-        assert ran == Counter(evalsha=1, hmget=1, hset=1, zadd=1, zrangebyscore=1)
+        assert ran == settle
 
     big = many(2 * CHUNK + 1, NOW + 1, tenant="big")
     ran = commands(redis_client, lambda: index.put(big))

@@ -107,6 +107,7 @@ class Model:
     dup_ok: set[str] = field(default_factory=set)  # the documented duplicate window
     history_from: int = 0  # fires due before this are past the retention: gone from history
     checked: int = 0  # sends checked so far
+    unfair: list[str] = field(default_factory=list)  # leases that passed a tenant over
 
     # ------------------------------------------------------------ as things happen
 

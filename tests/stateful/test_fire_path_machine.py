@@ -296,6 +296,19 @@ class FirePathMachine(RuleBasedStateMachine):
         reply = self._call("POST", "/v1/timers:batch", tenant, body={"timers": specs})
         self._learn_batch(reply, specs, tenant, now)
 
+    @rule(crowd=st.sampled_from([45, 90]), neighbours=st.sampled_from([1, 4]))
+    def crowd_and_its_neighbours(self, crowd: int, neighbours: int) -> None:
+        """acme's crowd of one-shots due in one millisecond - more than a lease looks at - and
+        globex's few due in it too (globex sorts after acme; some share acme's bucket): every
+        lease that takes something takes globex's too (the fairness invariant)."""
+        now = self.world.clock()
+        due = format_ms(now + 1_500)
+        for tenant, count in (("acme", crowd), ("globex", neighbours)):
+            specs = [{"schedule": {"type": "at", "at": due}, "payload": _payload(), "name": "c"}
+                     for _ in range(count)]  # fmt: skip
+            reply = self._call("POST", "/v1/timers:batch", tenant, body={"timers": specs})
+            self._learn_batch(reply, specs, tenant, now)
+
     # ------------------------------------------------------------ changing
 
     def _patch(self, timer_id: str, body: dict[str, Any]) -> None:
@@ -598,6 +611,10 @@ class FirePathMachine(RuleBasedStateMachine):
     @invariant()
     def every_send_is_allowed(self) -> None:
         self.model.check_new_sends()
+
+    @invariant()
+    def leases_are_fair(self) -> None:
+        assert not self.model.unfair, self.model.unfair[0]
 
     @invariant()
     def a_step_ends(self) -> None:

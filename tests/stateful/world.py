@@ -22,6 +22,7 @@ import itertools
 import json
 import os
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ from timers.core.times import parse_ms
 from timers.engine import keys
 from timers.engine.entries import Entry
 from timers.engine.fanout import LEAD_MS, Fanout
-from timers.engine.index import Peek
+from timers.engine.index import BucketIndex, Leased, Peek
 from timers.engine.log import FireLog
 from timers.engine.migrate import run_migrator
 from timers.engine.trigger import Hook, RunMarker, TriggerDeps, TriggerReport, run_trigger
@@ -315,6 +316,46 @@ def spy_on_claims(
     claims.take_over = spied_take_over  # type: ignore[method-assign]
 
 
+LEASE_LIMIT = 10
+"""Cards a lease takes in the test: small, so a crowd of a few dozen (a look of 40) already
+hides what lies behind it, as hundreds do in a deployment."""
+
+
+def spy_on_leases(index: BucketIndex, observing: Callable[[], Any], unfair: list[str]) -> None:
+    """Check every lease for fairness: while no more tenants have work than a lease takes,
+    each tenant with a leasable member (a card, due by the lease's time, or queued) gets at
+    least one in any lease that takes something - however many another tenant has, whatever
+    the tenants are called."""
+    lease = index.lease
+    redis_client = index.client
+
+    def leasable(bucket: int, until: int) -> dict[str, int]:
+        with observing():
+            names = [_text(m) for m in redis_client.zrangebyscore(keys.due(bucket), "-inf", until)]
+            cards = redis_client.hmget(keys.data(bucket), names) if names else []
+        return dict(Counter(m.split("|")[0] for m, c in zip(names, cards, strict=True) if c))
+
+    def fair_lease(bucket: int, until: int, lease_end: int, limit: int, *args: Any) -> Leased:
+        before = leasable(bucket, until)
+        got = lease(bucket, until, lease_end, limit, *args)
+        missed = set(before) - {c.timer.tenant for c in got.cards}
+        if got.cards and len(before) <= limit and missed:
+            unfair.append(f"bucket {bucket}: a lease of {len(got.cards)} at {until} took none "
+                          f"of {sorted(missed)} (leasable before it: {before})")  # fmt: skip
+        return got
+
+    index.lease = fair_lease  # type: ignore[method-assign]
+
+
+def bucket_keys(bucket: int) -> tuple[str, ...]:
+    """A bucket's keys (all but its run markers): what a shard that lost its data lacks."""
+    return keys.due(bucket), keys.data(bucket), keys.tags(bucket)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 @dataclass
 class RunOutcome:
     report: TriggerReport | None
@@ -365,6 +406,7 @@ class World:
         spy_on_claims(self.claims, self.clock, self.model.claimed, self._last_claimed)
         self.redis: Any = self.api.runtime.redis
         self.index = self.wiring.index
+        spy_on_leases(self.index, self.observing, self.model.unfair)
         self.markers: dict[str, int] = {}  # run marker key -> when it expires, on our clock
         self._expire_markers_on_our_clock()
         self.sink = SinkSqs(self.clock, self.model.sends)
@@ -412,6 +454,7 @@ class World:
             reference=self.clock,
             sleep=self._sleep,
             hooks=hooks,
+            lease_limit=LEASE_LIMIT,
             # counts are written on a thread of their own, which would take the faults armed
             # for the run in an order no replay repeats; the model checks no usage
             usage=None,
@@ -638,7 +681,7 @@ class World:
     def lose_bucket(self, bucket: int) -> None:
         """A shard's data lost (it came back empty): that bucket's keys are gone, no other."""
         with self.observing():
-            self.redis.delete(keys.due(bucket), keys.data(bucket))
+            self.redis.delete(*bucket_keys(bucket))
 
     def take_snapshot(self) -> None:
         """What a replica holds now: it lags the master from here on."""
@@ -646,7 +689,7 @@ class World:
             self.snapshot = {
                 key: dumped
                 for b in range(self.index.bucket_count)
-                for key in (keys.due(b), keys.data(b))
+                for key in bucket_keys(b)
                 if (dumped := self.redis.dump(key)) is not None
             }
 
@@ -655,7 +698,7 @@ class World:
         write since is lost), and the fan-out's next peek fails as the master goes away."""
         with self.observing():
             for b in range(self.index.bucket_count):
-                self.redis.delete(keys.due(b), keys.data(b))
+                self.redis.delete(*bucket_keys(b))
             for key, dumped in self.snapshot.items():
                 self.redis.restore(key, 0, dumped)
         self.outage.failing = 1

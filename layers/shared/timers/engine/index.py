@@ -29,6 +29,10 @@ from timers.engine import keys
 CHUNK = 500  # members per script call: bounds how long one call blocks Redis (and Lua's unpack)
 ENDED = 9_999_999_999_999  # the checkpoint lua/check.lua answers for a revision's ended chain
 NOTED = 10**13  # ended-chain notes' scores start here (year 2286): never leased, never a head
+TIMED = 10**12  # scores from here on are times (epoch ms); below: a fair queue's tags
+ADMIT = 4_000
+"""Members a lease queues fairly at most (one script call's work stays a few ms): a member due
+behind a crowd is queued within one lease per ADMIT members due before it."""
 RUN_BEAT_MS = 1_000
 """A leasing run's marker promises its next beat within this: the fan-out starts another run of
 the bucket once a promise has lapsed (the run died, or is stuck in a slow call)."""
@@ -225,11 +229,15 @@ class BucketIndex:
 
     # ---------------------------------------------------------------- the trigger's side
 
-    def lease(self, bucket: int, until: int, lease_end: int, limit: int, scan: int = 0) -> Leased:
-        """Lease up to ``limit`` members leasable by ``until`` (round-robin across tenants),
-        each leasable again from ``lease_end`` unless settled first."""
-        args = [until, lease_end, limit, scan or 4 * max(1, limit)]
-        members, cards, first = self._eval("lease", [(self._keys(bucket), args)])[0]
+    def lease(
+        self, bucket: int, until: int, lease_end: int, limit: int, scan: int = 0,
+        admit: int = ADMIT,
+    ) -> Leased:  # fmt: skip
+        """Lease up to ``limit`` members leasable by ``until``, fairly across tenants (see
+        lua/lease.lua), each leasable again from ``lease_end`` unless settled first."""
+        args = [until, lease_end, limit, scan or 4 * max(1, limit), admit]
+        call_keys = [*self._keys(bucket), keys.tags(bucket)]
+        members, cards, first = self._eval("lease", [(call_keys, args)])[0]
         return Leased(
             [Card.decode(_text(m), _text(c)) for m, c in zip(members, cards, strict=True)],
             _score(first),

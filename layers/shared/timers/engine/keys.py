@@ -26,6 +26,12 @@ def data(bucket: int) -> str:
     return f"{PREFIX}:{{b{bucket}}}:data"
 
 
+def tags(bucket: int) -> str:
+    """zset: tenant -> the last fair tag it was queued at, while the bucket's fair queue lives
+    (lua/lease.lua: members queued behind a crowd are re-scored to tags below every time)."""
+    return f"{PREFIX}:{{b{bucket}}}:tags"
+
+
 def run(bucket: int, slot: int) -> str:
     """string: a trigger run of the bucket is queued or going in this slot (its token)."""
     return f"{PREFIX}:{{b{bucket}}}:run:{slot}"
