@@ -1431,6 +1431,8 @@ def test_handler_fires_its_bucket_keeps_its_marker_and_emits_one_metrics_block(
     emitted = [json.loads(line) for line in capsys.readouterr().out.splitlines() if "_aws" in line]
     (metrics,) = emitted
     assert metrics["FiresEnqueued"] == [1.0]
+    assert metrics["FiresLag_1-200ms"] == [1.0]  # its accuracy level; the others left out
+    assert [k for k in metrics if k.startswith("FiresLag_")] == ["FiresLag_1-200ms"]
     assert metrics["InvokeDelayMs"] == [100.0]
     assert rig.index.start_run(0, 0, "next", 5_000)  # the run cleared its marker
     assert len(rig.drain(rig.api.queues["acme"])) == 1
