@@ -147,6 +147,10 @@ def memory_gb() -> dict[str, float]:
     return {k: int(fns[v].get("MemorySize", default)) / 1024 for k, v in names.items()}
 
 
+LAGS = [12, 140, 300, 700, 1_500, 2_500, 0]
+"""FireLagMs values that publish each count of the trigger: late (> 100 ms), every level."""
+
+
 def emf_metrics(idle: bool = False) -> dict[str, list[str]]:
     """The custom metrics each function publishes (one dimension set, ``service``, so one
     metric per name): what its emit function adds for a run whose every counter is 1 - or, with
@@ -158,7 +162,8 @@ def emf_metrics(idle: bool = False) -> dict[str, list[str]]:
         return cls(**{**{f.name: n for f in fields(cls) if f.type == "int"}, **given})
 
     runs = {
-        "trigger": (trigger_app, report(TriggerReport, lags_ms=[12, 140] * n), (40,)),  # one late
+        # late fires and every accuracy level: each metric the trigger may publish
+        "trigger": (trigger_app, report(TriggerReport, lags_ms=LAGS * n), (40,)),
         "fanout": (fanout_app, report(FanoutReport), ()),
         "migrator": (migrator_app, report(MigrationReport), ()),
     }

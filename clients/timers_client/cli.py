@@ -230,7 +230,15 @@ def cmd_usage(client: Client, args: argparse.Namespace) -> Any:
             ["fires failed", fires["failed"]], ["fires late > 1 s", fires["late_1s"]],
             ["timers created", used["timers_created"]], ["timers active now",
             used["active_timers"]]]  # fmt: skip
-    return used, lambda: table((used["month"], ""), rows)
+    lag = used.get("lag") or {}  # the enqueued fires by lateness, earliest level first
+    total = sum(lag.values())
+    levels = [[level, n, f"{100 * n / total:.1f}%" if total else "-"] for level, n in lag.items()]
+
+    def show() -> str:
+        counts = table((used["month"], ""), rows)
+        return f"{counts}\n\n{table(('LATENESS', 'FIRES', 'SHARE'), levels)}" if lag else counts
+
+    return used, show
 
 
 def cmd_ls(client: Client, args: argparse.Namespace) -> Any:
@@ -551,7 +559,9 @@ def parser() -> argparse.ArgumentParser:
     keys_revoke.add_argument("key_id", metavar="KEY_ID")
     keys_revoke.set_defaults(run=cmd_keys_revoke)
 
-    usage = command("usage", help="the tenant's usage in a month (UTC)")
+    usage = command(
+        "usage", help="the tenant's usage in a month (UTC), its fires by lateness (accuracy)"
+    )
     usage.add_argument("--month", metavar="YYYY-MM", help="default: this month")
     usage.set_defaults(run=cmd_usage)
 

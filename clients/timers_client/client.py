@@ -395,7 +395,10 @@ class Client:
 
     def usage(self, month: str | None = None) -> dict[str, Any]:
         """The tenant's usage of ``month`` (``YYYY-MM``, UTC; default: this month): fires
-        enqueued, delivered, failed and late by more than 1 s; timers created; active now."""
+        enqueued, delivered, failed and late by more than 1 s; ``lag``, the enqueued fires by
+        accuracy level (``ontime``, ``1-200ms``, ``200-600ms``, ``600-1000ms``,
+        ``1000-2000ms``, ``over_2000ms``: they add up to enqueued); timers created; active
+        now."""
         result: dict[str, Any] = self._call("GET", "/tenant/usage", query=_query(month=month))
         return result
 

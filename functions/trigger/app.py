@@ -8,6 +8,7 @@ invoke-to-handler delay into its bucket's estimate, which the fan-out leads cold
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -17,6 +18,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from timers import runtime
+from timers.core.lag import LAG_LEVELS, lag_level
 from timers.engine import keys
 from timers.engine.fanout import cold_start_sample, next_cold_estimate
 from timers.engine.trigger import RunMarker, TriggerDeps, TriggerReport, run_trigger
@@ -72,10 +74,13 @@ def emit_metrics(report: TriggerReport, invoke_delay_ms: int | None) -> None:
     # values (5 to 8 log bytes a fire); first, so the counters below always end the last one.
     for lag in report.lags_ms:
         metrics.add_metric(name="FireLagMs", unit=MetricUnit.Milliseconds, value=lag)
+    levels = Counter(lag_level(lag) for lag in report.lags_ms)
     counts = {
         "FiresEnqueued": report.enqueued,
         "FiresFailed": report.failed,
         "FiresLate": sum(1 for lag in report.lags_ms if lag > LATE_MS),
+        # the sends by accuracy level (timers.core.lag) of their FireLagMs: a stacked widget
+        **{f"FiresLag_{level}": levels[level] for level in LAG_LEVELS},
         # the duplicate window
         "SendsAmbiguous": report.ambiguous,
         "FiresUnrecorded": report.unrecorded,

@@ -574,9 +574,31 @@ def test_edit_reset_run_now_keys_and_usage_from_the_console(
     assert int(browser.find_element(By.CSS_SELECTOR, created).text) >= 1
     enqueued = browser.find_element(By.CSS_SELECTOR, "#usage-details dd[data-field=fires-enqueued]")
     assert int(enqueued.text) >= 1  # the run above
+    # the fires by lateness: a row per level, earliest first, with its count and share; the
+    # levels add up to the fires enqueued (the page shows one answer)
+    levels: list[dict[str, str]] = browser.execute_script(
+        "return [...document.querySelectorAll('#usage-lag-table tbody tr')].map(r => ({"
+        "level: r.dataset.level, fires: r.querySelector('[data-field=fires]').textContent,"
+        "share: r.querySelector('[data-field=share]').textContent,"
+        "bar: r.querySelectorAll('[data-field=share] svg rect').length}))"
+    )
+    assert [row["level"] for row in levels] == [
+        "ontime", "1-200ms", "200-600ms", "600-1000ms", "1000-2000ms", "over_2000ms"
+    ]  # fmt: skip
+    assert sum(int(row["fires"]) for row in levels) == int(enqueued.text)
+    shares = [float(row["share"].rstrip("%")) for row in levels]
+    assert all(row["share"].endswith("%") and row["bar"] == 2 for row in levels), levels
+    assert abs(sum(shares) - 100) < 0.5, levels
+    browser.set_window_size(400, 900)  # a phone: the levels fit, nothing to scroll sideways
+    wide, room = browser.execute_script(
+        "const d = document.documentElement; return [d.scrollWidth, d.clientWidth]"
+    )
+    assert wide <= room, (wide, room)
+    browser.set_window_size(1280, 1200)
     by_id("usage-month").send_keys("2026-13")
     browser.find_element(By.CSS_SELECTOR, "#usage-form button").click()
     wait.until(ec.visibility_of_element_located((By.ID, "usage-error")))
     assert "month" in by_id("usage-error").text
+    assert not by_id("usage-lag").is_displayed()  # no answer, no levels
     local_stack.request("DELETE", f"/timers/{timer['id']}", key=key)
     browser.execute_script("sessionStorage.clear()")

@@ -172,6 +172,9 @@ def test_a_tenant_keeps_at_most_ten_keys_and_never_sees_anothers(api: Api) -> No
 
 # ---------------------------------------------------------------- usage
 
+NO_LAG = {"ontime": 0, "1-200ms": 0, "200-600ms": 0, "600-1000ms": 0, "1000-2000ms": 0,
+          "over_2000ms": 0}  # fmt: skip
+
 
 def test_usage_counts_the_months_creates_runs_and_active_timers(api: Api) -> None:
     every = api.create(schedule={"type": "every", "seconds": 60})
@@ -183,6 +186,9 @@ def test_usage_counts_the_months_creates_runs_and_active_timers(api: Api) -> Non
     assert used.body == {
         "month": "2026-11",
         "fires": {"enqueued": 1, "delivered": 0, "failed": 0, "late_1s": 0},
+        # run now's position is a time the reference certainly reached (its clock's error
+        # bound before now): enqueued a few ms after it
+        "lag": {**NO_LAG, "1-200ms": 1},
         "timers_created": 2,
         "active_timers": 1,
     }
@@ -192,6 +198,7 @@ def test_usage_counts_the_months_creates_runs_and_active_timers(api: Api) -> Non
     assert api.call("GET", "/v1/tenant/usage").body["active_timers"] == 1
     october = api.call("GET", "/v1/tenant/usage", query={"month": "2026-10"}).body
     assert october["fires"] == {"enqueued": 0, "delivered": 0, "failed": 0, "late_1s": 0}
+    assert october["lag"] == NO_LAG  # a month with no fires: six zeros
     assert (october["month"], october["timers_created"]) == ("2026-10", 0)
     theirs = api.call("GET", "/v1/tenant/usage", tenant="globex").body
     assert (theirs["timers_created"], theirs["active_timers"]) == (0, 0)

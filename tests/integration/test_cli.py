@@ -237,6 +237,31 @@ def test_usage_shows_the_months_counts(api: Api, capsys: pytest.CaptureFixture[s
     assert code == 1 and "month" in err
 
 
+def test_usage_shows_the_fires_by_lateness_with_their_shares(
+    api: Api, capsys: pytest.CaptureFixture[str]
+) -> None:
+    made = api.create(schedule={"type": "every", "seconds": 60})
+    for _ in range(2):
+        assert timers(api, capsys, "run", made["id"])[0] == 0  # enqueued a few ms after due
+    used = as_json(timers(api, capsys, "--json", "usage"))  # the API's answer, unchanged
+    assert used == api.call("GET", "/v1/tenant/usage").body
+    assert used["lag"]["1-200ms"] == 2 == used["fires"]["enqueued"]
+    code, out, _ = timers(api, capsys, "usage")
+    assert code == 0
+    levels = [line.split() for line in out.split("\n\n")[1].splitlines()]
+    assert levels == [
+        ["LATENESS", "FIRES", "SHARE"],
+        ["ontime", "0", "0.0%"],
+        ["1-200ms", "2", "100.0%"],
+        ["200-600ms", "0", "0.0%"],
+        ["600-1000ms", "0", "0.0%"],
+        ["1000-2000ms", "0", "0.0%"],
+        ["over_2000ms", "0", "0.0%"],
+    ]
+    _, out, _ = timers(api, capsys, "usage", "--month", "2026-10")  # no fires: no shares
+    assert [line.split()[1:] for line in out.split("\n\n")[1].splitlines()[1:]] == [["0", "-"]] * 6
+
+
 def test_a_payload_comes_from_a_file_or_standard_input(
     api: Api, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

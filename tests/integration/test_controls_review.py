@@ -176,6 +176,7 @@ def test_a_change_meeting_a_claimed_last_fire_leaves_no_phantom_active_timer(
         assert rig.timer(timer["id"])["status"] == "completed"
     used = api.call("GET", "/v1/tenant/usage").body
     assert used["fires"]["enqueued"] == 1
+    assert sum(used["lag"].values()) == 1  # the adopted fire has its accuracy level too
     assert used["active_timers"] == 0
 
 
@@ -215,6 +216,7 @@ def test_a_record_whose_answer_was_lost_is_still_counted_in_usage(
     assert [f["status"] for f in rig.fires(timer["id"])] == ["enqueued"] * 3
     used = api.call("GET", "/v1/tenant/usage").body
     assert used["fires"]["enqueued"] == 3  # got: 2
+    assert sum(used["lag"].values()) == 3  # the rewritten record's level too
 
 
 def test_a_fire_delivered_by_two_copies_of_its_message_is_counted_once(

@@ -223,4 +223,6 @@ def test_a_run_killed_after_it_recorded_fires_still_counts_them(
     rig.clock.advance(LAPSE_MS)
     rig.run_until_idle()  # the second fire is taken over and sent; the first is not again
     assert sorted(s.scheduled for s in rig.sqs.sent) == [T0 + 1_000, T0 + 1_250]
-    assert rig.usage()["fires"]["enqueued"] == 2, rig.usage()  # was: 1
+    used = rig.usage()
+    assert used["fires"]["enqueued"] == 2, used  # was: 1
+    assert used["lag"]["1-200ms"] == 1 and sum(used["lag"].values()) == 2, used  # one taken over

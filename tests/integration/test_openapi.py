@@ -111,6 +111,14 @@ def test_successes_are_the_contracts(doc: dict[str, Any]) -> None:
         "204", "404", "409"
     }  # fmt: skip
     assert schema("get", "/v1/tenant/usage", "200") == "UsageOut"
+    usage = doc["components"]["schemas"]["UsageOut"]
+    assert set(usage["required"]) == set(usage["properties"]) >= {"fires", "lag"}
+    assert usage["properties"]["lag"]["$ref"] == "#/components/schemas/LagCountsOut"
+    lag = doc["components"]["schemas"]["LagCountsOut"]  # the contract's names, in its order
+    assert lag["additionalProperties"] is False
+    assert list(lag["properties"]) == lag["required"] == [
+        "ontime", "1-200ms", "200-600ms", "600-1000ms", "1000-2000ms", "over_2000ms"
+    ]  # fmt: skip
     assert schema("post", "/v1/schedule-preview", "200") == "PreviewOut"
     assert schema("get", "/v1/tenant", "200") == "TenantOut"
     assert schema("get", "/v1/health", "200") == "HealthOut"

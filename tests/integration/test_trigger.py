@@ -1431,6 +1431,8 @@ def test_handler_fires_its_bucket_keeps_its_marker_and_emits_one_metrics_block(
     emitted = [json.loads(line) for line in capsys.readouterr().out.splitlines() if "_aws" in line]
     (metrics,) = emitted
     assert metrics["FiresEnqueued"] == [1.0]
+    assert metrics["FiresLag_1-200ms"] == [1.0]  # its accuracy level; the others left out
+    assert [k for k in metrics if k.startswith("FiresLag_")] == ["FiresLag_1-200ms"]
     assert metrics["InvokeDelayMs"] == [100.0]
     assert rig.index.start_run(0, 0, "next", 5_000)  # the run cleared its marker
     assert len(rig.drain(rig.api.queues["acme"])) == 1
@@ -1506,3 +1508,47 @@ def test_a_run_counts_what_it_recorded_in_the_tenants_usage(rig: Rig) -> None:
     assert [f["status"] for f in rig.fires(late["id"])] == ["enqueued"]
     used = api.call("GET", "/v1/tenant/usage").body
     assert used["fires"]["late_1s"] == 1 and used["fires"]["enqueued"] == 5
+
+
+def test_every_enqueued_fire_counts_in_one_accuracy_level(rig: Rig) -> None:
+    """On time, sent late by a slow SQS, found late by a run (the service down), run now, and a
+    failed fire: each enqueued fire is in exactly one level, by its enqueue time minus its due
+    time, so the six levels add up to ``fires.enqueued``."""
+    api = rig.api
+    gone = rig.sqs.real.create_queue(QueueName="timers-tenant-acme-gone")["QueueUrl"]
+    api.tenants.allow_queue("acme", gone)
+    rig.clock.advance(tenants.AUTH_CACHE_MS)
+
+    def fire_one_shots(n: int, late_ms: int = 0, sqs_ms: int = 0, **extra: Any) -> list[str]:
+        made = [api.create(schedule=after(1), **extra)["id"] for _ in range(n)]
+        due = rig.clock() + 1_000
+        if late_ms:
+            rig.clock.now = due + late_ms  # the service was down: the run finds them late
+        else:
+            until_armed(rig, due)  # armed: the run waits for the due instant
+        rig.sqs.delay_ms = sqs_ms  # each send takes this long
+        try:
+            rig.run()
+        finally:
+            rig.sqs.delay_ms = 0
+        return made
+
+    on_time = fire_one_shots(2)
+    fire_one_shots(3, sqs_ms=300)  # one batch, enqueued 300 ms after due: 200-600ms
+    fire_one_shots(1, late_ms=700)
+    fire_one_shots(2, late_ms=1_500)
+    fire_one_shots(1, late_ms=2_001)
+    fire_one_shots(1, late_ms=60_000)
+    rig.sqs.real.delete_queue(QueueUrl=gone)
+    (failed,) = fire_one_shots(1, target={"queue_url": gone})
+    assert [f["status"] for f in rig.fires(failed)] == ["failed"]
+    assert api.call("POST", f"/v1/timers/{on_time[0]}/run").status == 202  # lag from its own
+    assert api.call("POST", f"/v1/timers/{on_time[1]}/run").status == 202  # position
+
+    used = rig.usage()
+    assert used["fires"] == {"enqueued": 12, "delivered": 0, "failed": 1, "late_1s": 4}
+    # ontime is L = 0: an armed run sends once the reference time is past due (SEND_GUARD_MS),
+    # and run now a few ms after its position, so with no window they are 1-200ms
+    assert used["lag"] == {"ontime": 0, "1-200ms": 4, "200-600ms": 3, "600-1000ms": 1,
+                           "1000-2000ms": 2, "over_2000ms": 2}  # fmt: skip
+    assert sum(used["lag"].values()) == used["fires"]["enqueued"]

@@ -37,6 +37,8 @@ def test_every_function_s_custom_metrics_are_counted() -> None:
     metrics = emf_metrics()
     assert len(metrics["migrator"]) == 5 and len(metrics["fanout"]) == 4
     assert {"FireLagMs", "FiresLate", "ClaimsTakenOver", "InvokeDelayMs"} <= set(metrics["trigger"])
+    levels = [m for m in metrics["trigger"] if m.startswith("FiresLag_")]  # one per level
+    assert len(levels) == 6 and len(metrics["trigger"]) == 16
     assert "Webhooks_delivered" in metrics["delivery"]
     assert metrics["api"] == []
 

@@ -26,6 +26,7 @@ from functions.migrator import app as migrator_app
 from functions.trigger import app as trigger_app
 from ops import template
 from ops.local.context import LambdaContext
+from timers.core.lag import LAG_LEVELS
 from timers.delivery import BatchReport, Outcome
 from timers.engine.fanout import FanoutReport
 from timers.engine.migrate import MigrationReport
@@ -153,7 +154,8 @@ class EveryVerdict(BatchReport):
 
 
 def drive_trigger(monkeypatch: pytest.MonkeyPatch) -> None:
-    report = busy(TriggerReport, lags_ms=[12, 140], failures=["tmr:1: boom"])  # one late
+    lags = [0, 12, 140, 300, 700, 1_500, 2_500]  # late (> 100 ms) and every accuracy level
+    report = busy(TriggerReport, lags_ms=lags, failures=["tmr:1: boom"])
     deps = SimpleNamespace(clock=lambda: 1_000)
     monkeypatch.setattr(trigger_app, "wired", lambda: (None, deps))
     monkeypatch.setattr(trigger_app, "run_trigger", lambda *_: report)
@@ -267,6 +269,20 @@ def test_every_fire_is_one_lag_value_across_powertools_flushes(
     assert values == [float(lag) for lag in lags]
     assert max(len(b.get("FireLagMs", [])) for b in blocks) == 100
     assert [b["FiresEnqueued"] for b in blocks if "FiresEnqueued" in b] == [[1.0]]
+
+
+def test_a_run_counts_its_sends_by_accuracy_level_and_only_the_levels_it_had(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One count per level per run, from the same levels as usage (timers.core.lag), left out
+    where zero like the other counts: they add up to the run's sends."""
+    report = busy(TriggerReport, enqueued=5, lags_ms=[3, 200, 201, 2_000, 2_001])
+    trigger_app.emit_metrics(report, None)
+    trigger_app.metrics.flush_metrics()
+    (block,) = emf_blocks(capsys.readouterr().out)
+    levels = {k: v for k, v in block.items() if k.startswith("FiresLag_")}
+    assert levels == {"FiresLag_1-200ms": [2.0], "FiresLag_200-600ms": [1.0],
+                      "FiresLag_1000-2000ms": [1.0], "FiresLag_over_2000ms": [1.0]}  # fmt: skip
 
 
 # ---------------------------------------------------------------- what the dashboard reads
@@ -399,6 +415,7 @@ def test_every_metric_an_alarm_reads_is_published(
     [
         ('"FireLagMs"', '"FireLagP99Ms"', "no code emits FireLagP99Ms"),
         ('"Webhooks_failed"', '"WebhooksFailed"', "no code emits WebhooksFailed"),
+        ('"FiresLag_over_2000ms"', '"FiresLag_over_2s"', "no code emits FiresLag_over_2s"),
         ('"service", "timers"', '"service", "timer"', "with dimensions {'service': 'timer'}"),
         ('"service", "timers"', '"function", "trigger"', "with dimensions {'function'"),
         ("${TriggerFunction}", "${TriggerLogGroup}", "FunctionName must be !Ref"),
@@ -436,6 +453,28 @@ def test_an_alarm_metric_nothing_publishes_is_caught(
     mutated = {alarm: {**ALARMS[alarm], key: value}}
     found = problems(alarm_metrics(mutated), emitted)
     assert len(found) == 1 and complaint in found[0], found
+
+
+def test_the_lateness_widget_stacks_one_count_per_accuracy_level() -> None:
+    (widget,) = [
+        w for w in resolve(_dashboard_body())["widgets"]
+        if w["type"] == "metric" and "lateness" in w["properties"]["title"]
+    ]  # fmt: skip
+    props = widget["properties"]
+    assert props["stacked"] is True
+    assert [m[1] for m in props["metrics"]] == [f"FiresLag_{level}" for level in LAG_LEVELS]
+    assert {m[-1]["stat"] for m in props["metrics"]} == {"Sum"}
+
+
+def test_no_two_widgets_overlap() -> None:
+    taken: dict[tuple[int, int], str] = {}
+    for widget in resolve(_dashboard_body())["widgets"]:
+        title = widget["properties"]["title"]
+        assert widget["x"] + widget["width"] <= 24, title
+        for x in range(widget["x"], widget["x"] + widget["width"]):
+            for y in range(widget["y"], widget["y"] + widget["height"]):
+                assert (x, y) not in taken, (title, taken.get((x, y)))
+                taken[(x, y)] = title
 
 
 # ---------------------------------------------------------------- where the alarms go

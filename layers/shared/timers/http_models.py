@@ -364,9 +364,23 @@ class FireCountsOut(_Out):
     late_1s: int = Field(description="Fires enqueued more than 1 s after their due time")
 
 
+class LagCountsOut(_Out):
+    """The month's enqueued fires by lateness L (ms): enqueue time minus due time."""
+
+    ontime: int = Field(description="L = 0: enqueued at the due time")
+    ms_1_200: int = Field(alias="1-200ms", description="1 <= L <= 200")
+    ms_200_600: int = Field(alias="200-600ms", description="200 < L <= 600")
+    ms_600_1000: int = Field(alias="600-1000ms", description="600 < L <= 1000")
+    ms_1000_2000: int = Field(alias="1000-2000ms", description="1000 < L <= 2000")
+    over_2000ms: int = Field(description="L > 2000")
+
+
 class UsageOut(_Out):
     month: str = Field(description="YYYY-MM (UTC)", examples=["2026-11"])
     fires: FireCountsOut
+    lag: LagCountsOut = Field(
+        description="The enqueued fires by accuracy level; the six add up to fires.enqueued"
+    )
     timers_created: int
     active_timers: int = Field(description="Timers active now (the same for any month asked)")
 

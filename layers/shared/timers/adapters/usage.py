@@ -2,7 +2,9 @@
 
 Item ``u/<tenant>/<YYYY-MM>/<shard>``: counts of that month (UTC) - ``enq`` fires enqueued,
 ``dlv`` delivered (an HTTP target's 2xx), ``fail`` failed, ``late`` enqueued more than 1 s
-after their due time, ``new`` timers created - and ``act``, the month's net change of active
+after their due time, ``l0`` .. ``l5`` the enqueued fires by accuracy level (timers.core.lag:
+each fire counted in ``enq`` is counted in one of them, in the same ``ADD``), ``new`` timers
+created - and ``act``, the month's net change of active
 timers (+1 for a timer that becomes active: created, resumed, reset; -1 for one that stops:
 paused, deleted, completed by a change or by its last fire). Each writer adds what it recorded
 in one ``ADD`` per tenant and month (a trigger run, a delivery batch, a create request, a
@@ -24,13 +26,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from timers.adapters.dynamodb import LowLevelClient
+from timers.core.lag import LAG_LEVELS, lag_level
 
 log = logging.getLogger(__name__)
 
 USAGE_SHARDS = 8
 MONTHS_BACK = 120  # how far back an active-timers sum reaches (a decade)
 COUNTS = {"enqueued": "enq", "delivered": "dlv", "failed": "fail", "late_1s": "late",
-          "timers_created": "new", "active": "act"}  # fmt: skip
+          "timers_created": "new", "active": "act",
+          **{level: f"l{i}" for i, level in enumerate(LAG_LEVELS)}}  # fmt: skip
+"""Counter names -> their attributes. At most these 12 in one ADD: far from DynamoDB's
+expression limits (4 KB, a few hundred substitutions)."""
 LATE_MS = 1_000
 
 
@@ -93,25 +99,32 @@ class UsageCounters(LowLevelClient):
         return {
             "month": month,
             "fires": {k: totals[k] for k in ("enqueued", "delivered", "failed", "late_1s")},
+            "lag": {level: totals[level] for level in LAG_LEVELS},
             "timers_created": totals["timers_created"],
             "active_timers": max(0, active),
         }
 
 
 FINISHED = ("d", "f", "k")  # a fire log entry's states of a recorded fire: sent, failed, skipped
-Recorded = tuple[str, int, int, str, bool]
-"""A recorded fire: tenant, due ms, recorded at ms, its entry's state, its chain ended."""
+Recorded = tuple[str, int, int, str, bool] | tuple[str, int, int, str, bool, int]
+"""A recorded fire: tenant, due ms, recorded at ms, its entry's state, its chain ended - and,
+optionally, its timer's flexible window in ms (left out: 0), which its accuracy level is
+measured from the end of."""
 
 
 def fire_counts(recorded: Sequence[Recorded]) -> dict[tuple[str, str], dict[str, int]]:
     """Recorded fires -> counts per (tenant, month of the record). A skipped fire (misfire
-    ``skip``) counts nothing but the end of its chain."""
+    ``skip``) counts nothing but the end of its chain; an enqueued one counts in ``enqueued``
+    and in its accuracy level, always together (the levels add up to ``enqueued``)."""
     out: dict[tuple[str, str], dict[str, int]] = {}
-    for tenant, due, at, state, ended in recorded:
+    for row in recorded:
+        tenant, due, at, state, ended = row[:5]
+        window = row[5] if len(row) > 5 else 0
         counts = out.setdefault((tenant, month_of(at)), dict.fromkeys(COUNTS, 0))
         counts["active"] -= ended
         if state == "d":
             counts["enqueued"] += 1
+            counts[lag_level(at - due, window)] += 1
             counts["late_1s"] += at - due > LATE_MS
         elif state == "f":
             counts["failed"] += 1
