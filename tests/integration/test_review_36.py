@@ -1,0 +1,207 @@
+# ruff: noqa: RUF001, RUF002 - the digits of other scripts are what these tests are about
+"""Review 36: its confirmed defects and its suspicions, each decided by a test.
+
+1. Numbers in other scripts' digits (``int()``, ``isdigit`` and ``\\d`` take ``２``, ``٢``, ``²``):
+   - test_a_month_in_other_digits_is_400_on_month - ``GET /v1/tenant/usage?month=`` answered
+     200 with zeros;
+   - test_a_fire_history_cursor_in_other_digits_is_400_on_cursor - a cursor is base64 JSON a
+     client can write: its positions were read by ``int()``;
+   - test_a_fire_id_in_other_digits_is_404_never_500 - ``redeliver`` of ``<timer>:²`` was a
+     500 (``isdigit`` yes, ``int()`` no);
+   - test_a_webhook_answer_with_a_retry_after_in_other_digits_keeps_its_status - a 503 (or a
+     2xx) whose ``Retry-After: ²`` was read as a connection error, its status lost;
+   - test_the_environment_is_read_in_ascii_digits - the functions' settings, the local
+     stack's ports, the admin's numbers;
+   - test_the_cli_reads_numbers_in_ascii_digits_only - ``--in ３s``, ``--every``, ``--limit``,
+     ``--count``, ``--max-fires``, ``--retry-*``, ``--idle``, a whole fire id;
+   - test_the_sdk_reads_numbers_in_ascii_digits - a 429's ``Retry-After`` (``٣``, ``1e9``,
+     ``inf``), the lines an import's 400 names;
+   - test_other_digits_are_refused_where_the_parsers_already_refuse_them - RFC 3339 times,
+     ``limit``, cron fields, a webhook URL's port and JSON numbers already refuse them: 400 on
+     the field, nothing created.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from ops import admin
+from ops.local.stack import LocalConfig, StackError
+from tests.integration.api_harness import Api, make_api
+from tests.integration.test_cli import HandlerTransport, timers
+from tests.support.clock import FakeClock
+from tests.support.webhook_server import Endpoint, webhook_server
+from timers.adapters import http_target
+from timers.config import ConfigError, Settings
+from timers_client import Client, bulk, cli
+from timers_client.errors import ErrorDetail, RateLimited, ValidationError
+
+pytestmark = pytest.mark.integration
+
+OTHER_DIGITS = ("２０２６-１１", "٢٠٢٦-١١", "2026-１１", "２０２６-11", "۲۰۲۶-۱۱")
+
+
+@pytest.fixture
+def api(
+    aws: None, clock: FakeClock, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Api]:
+    yield make_api(monkeypatch, clock, redis_url)
+
+
+@pytest.fixture
+def cli_api(api: Api, monkeypatch: pytest.MonkeyPatch) -> Api:
+    """``timers`` (the CLI) on the api handler, as tests/integration/test_cli.py runs it."""
+    transport = HandlerTransport(api)
+    monkeypatch.setattr(cli, "Client", lambda url, key: Client(url, key, transport=transport))
+    return api
+
+
+def assert_400_on(reply: Any, field: str) -> None:
+    assert (reply.status, reply.error_code) == (400, "validation_error"), reply.body
+    assert reply.error_fields == {field}, reply.body
+    assert field in reply.body["error"]["message"]
+
+
+# ---------------------------------------------------------------- 1. ASCII digits only
+
+
+def test_a_month_in_other_digits_is_400_on_month(api: Api) -> None:
+    assert api.call("GET", "/v1/tenant/usage", query={"month": "2026-11"}).status == 200
+    for month in OTHER_DIGITS:
+        assert_400_on(api.call("GET", "/v1/tenant/usage", query={"month": month}), "month")
+
+
+def test_a_fire_history_cursor_in_other_digits_is_400_on_cursor(api: Api) -> None:
+    timer = api.create(schedule={"type": "every", "seconds": 60})
+    path = f"/v1/timers/{timer['id']}/fires"
+
+    def cursor(position: str) -> str:  # what encode_cursor writes, by hand: nothing signs it
+        raw = json.dumps({"t": "acme", "s": f"fires:{timer['id']}", "p": position})
+        return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+    assert api.call("GET", path, query={"cursor": cursor("1795255200000|")}).status == 200
+    for position in ("١٧٩٥٢٥٥٢٠٠٠٠٠|", "|１７９５２５５２０００００", "1_795_255_200_000|", " 1|"):
+        assert_400_on(api.call("GET", path, query={"cursor": cursor(position)}), "cursor")
+
+
+def test_a_fire_id_in_other_digits_is_404_never_500(api: Api) -> None:
+    timer = api.create(schedule={"type": "every", "seconds": 60})
+    for due in ("²", "¹²", "١٧٩٥٢٥٥٢٦٠٠٠٠", "１７９５２５５２６００００"):
+        fire_id = httpx.URL(f"http://x/{timer['id']}:{due}").raw_path.decode()[1:]
+        reply = api.call("POST", f"/v1/timers/{timer['id']}/fires/{fire_id}/redeliver")
+        assert (reply.status, reply.error_code) == (404, "not_found"), (due, reply.body)
+
+
+def test_a_webhook_answer_with_a_retry_after_in_other_digits_keeps_its_status() -> None:
+    """http.client reads header values as Latin-1, where ``¹²³`` are digits to ``isdigit``."""
+    with webhook_server() as server:
+        for path, status, given in (("/a", 503, "²"), ("/b", 200, "¹"), ("/c", 429, "3")):
+            server.endpoints[path] = Endpoint([status], headers={"Retry-After": given})
+            attempt = http_target.post(server.url(path), b"{}", {}, allow_loopback=True)
+            assert (attempt.status, attempt.error) == (status, None), (given, attempt)
+            assert attempt.retry_after_s == (3 if given == "3" else None)
+
+
+def test_the_environment_is_read_in_ascii_digits() -> None:
+    assert Settings.from_env({"BUCKET_COUNT": "16"}).bucket_count == 16
+    for raw in ("１６", "١٦", "²", "--16"):
+        with pytest.raises(ConfigError, match="BUCKET_COUNT"):
+            Settings.from_env({"BUCKET_COUNT": raw})
+    assert LocalConfig.from_env({"API_PORT": "3000"}).api_port == 3000
+    for name, raw in (("API_PORT", "３０００"), ("REDIS_SHARDS", "３"), ("API_PORT", "³")):
+        with pytest.raises(StackError, match=name):
+            LocalConfig.from_env({name: raw})
+    parser = admin._parser()
+    assert parser.parse_args(["tenant", "spread", "acme", "8"]).buckets == 8
+    for argv in (["tenant", "spread", "acme", "８"], ["tenant", "rate", "acme", "٥٠"],
+                 ["webhook", "rotate", "acme", "--window-hours", "２"]):  # fmt: skip
+        with pytest.raises(SystemExit) as exited:
+            parser.parse_args(argv)
+        assert exited.value.code == 2, argv
+
+
+def test_the_cli_reads_numbers_in_ascii_digits_only(
+    cli_api: Api, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api = cli_api
+    code, out, err = timers(api, capsys, "--json", "create", "--in", "3s")
+    assert code == 0, err
+    timer_id = json.loads(out)["id"]
+    refused = [
+        ["create", "--in", "３s"],
+        ["create", "--in", "٣"],
+        ["create", "--every", "５m"],
+        ["create", "--in", "1e3"],
+        ["create", "--in", "inf"],
+        ["create", "--in", "3s", "--max-fires", "３"],
+        ["create", "--in", "3s", "--url", "https://example.com/h", "--retry-attempts", "٣"],
+        ["create", "--in", "3s", "--url", "https://example.com/h", "--retry-max-age", "１０m"],
+        ["ls", "--limit", "５"],
+        ["fires", timer_id, "--limit", "²"],
+        ["failed", "--limit", "５"],
+        ["preview", "--every", "90s", "--count", "５"],
+        ["tail", "--count", "１"],
+        ["tail", "--idle", "３s"],
+    ]
+    for argv in refused:
+        code, _, err = timers(api, capsys, *argv)
+        assert code == 2, (argv, err)
+    # a whole fire id is ``<timer>:<13+ ASCII digits>``; anything else is the start of one
+    whole = f"{timer_id}:１７９５２５５２６００００"
+    code, _, err = timers(api, capsys, "redeliver", timer_id, whole)
+    assert code == 2 and "no failed fire" in err, err
+    assert len(api.call("GET", "/v1/timers").body["items"]) == 1  # nothing else was created
+
+
+def test_the_sdk_reads_numbers_in_ascii_digits() -> None:
+    """A 429's ``Retry-After`` (``float()`` took ``٣``, ``1e9``, ``inf``), and the lines an
+    import's 400 names (``timers[3].name``)."""
+    for given, want in (("2", 2.0), ("٣".encode(), 0.5), ("1e9", 0.5), ("inf", 0.5)):
+        sleeps: list[float] = []
+
+        def handler(_: httpx.Request, given: Any = given) -> httpx.Response:
+            body = {"error": {"code": "rate_limited", "message": "slow down", "details": []}}
+            return httpx.Response(429, json=body, headers={"Retry-After": given})
+
+        sdk = Client("http://api.example.com/v1", "tk_x", transport=httpx.MockTransport(handler),
+                     max_retries=1, sleep=sleeps.append)  # fmt: skip
+        with pytest.raises(RateLimited):
+            sdk.get("tmr_1")
+        assert sleeps == [want], given
+    batch = [bulk.Line(n + 1, {}, None, False) for n in range(5)]
+    details = [ErrorDetail("timers[3].name", "too long"), ErrorDetail("timers[１].name", "x")]
+    refused = bulk.refused_lines(ValidationError(400, "validation_error", "bad", details), batch)
+    assert refused == {3: "name: too long"}
+
+
+def test_other_digits_are_refused_where_the_parsers_already_refuse_them(api: Api) -> None:
+    """Python's datetime.fromisoformat, pydantic's integers, the cron check's ``[0-9]`` and
+    http.client's port refuse them already: a 400 on the field, and nothing created."""
+    at = {"type": "at", "at": "２０２６-11-21T10:00:00Z"}
+    assert_400_on(api.call("POST", "/v1/timers", body={"schedule": at}), "schedule.at")
+    later = {"type": "after", "seconds": 60}
+    body = {"schedule": later, "start_at": "2026-11-21T10:00:00+０１:00"}
+    assert_400_on(api.call("POST", "/v1/timers", body=body), "start_at")
+    cron = {"type": "cron", "expression": "０ ７ * * *"}
+    assert_400_on(api.call("POST", "/v1/timers", body={"schedule": cron}), "schedule.expression")
+    cron = {"type": "cron", "expression": "0 7 * * 1-٥"}
+    assert_400_on(api.call("POST", "/v1/timers", body={"schedule": cron}), "schedule.expression")
+    target = {"url": "https://example.com:８４４３/hook"}
+    body = {"schedule": later, "target": target}
+    assert_400_on(api.call("POST", "/v1/timers", body=body), "target.url")
+    raw = '{"schedule": {"type": "after", "seconds": ٣}}'
+    assert api.call("POST", "/v1/timers", raw_body=raw).status == 400
+    assert_400_on(api.call("GET", "/v1/timers", query={"limit": "１０"}), "limit")
+    assert_400_on(
+        api.call("GET", "/v1/fires", query={"status": "failed", "since": "٢٠٢٦-11-21T10:00:00Z"}),
+        "since",
+    )
+    preview = {"schedule": {"type": "every", "seconds": 60}, "count": "５"}
+    assert_400_on(api.call("POST", "/v1/schedule-preview", body=preview), "count")
+    assert api.call("GET", "/v1/timers").body["items"] == []
