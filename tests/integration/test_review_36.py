@@ -19,6 +19,8 @@
    - test_other_digits_are_refused_where_the_parsers_already_refuse_them - RFC 3339 times,
      ``limit``, cron fields, a webhook URL's port and JSON numbers already refuse them: 400 on
      the field, nothing created.
+2. test_the_documented_active_timers_is_what_an_earlier_month_answers - ``UsageOut``'s text
+   said "the same for any month asked"; an earlier month answers its end's count.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from tests.support.clock import FakeClock
 from tests.support.webhook_server import Endpoint, webhook_server
 from timers.adapters import http_target
 from timers.config import ConfigError, Settings
+from timers.core.times import parse_ms
 from timers_client import Client, bulk, cli
 from timers_client.errors import ErrorDetail, RateLimited, ValidationError
 
@@ -205,3 +208,27 @@ def test_other_digits_are_refused_where_the_parsers_already_refuse_them(api: Api
     preview = {"schedule": {"type": "every", "seconds": 60}, "count": "５"}
     assert_400_on(api.call("POST", "/v1/schedule-preview", body=preview), "count")
     assert api.call("GET", "/v1/timers").body["items"] == []
+
+
+# ---------------------------------------------------------------- 2. active_timers, documented
+
+
+def test_the_documented_active_timers_is_what_an_earlier_month_answers(api: Api) -> None:
+    """The OpenAPI text said "the same for any month asked"; an earlier month answers the
+    count at its end (the README's words), this month the count now."""
+    doc = api.call("GET", "/v1/openapi.json", tenant=None).body
+    said = doc["components"]["schemas"]["UsageOut"]["properties"]["active_timers"]["description"]
+    assert "same for any month" not in said
+    assert "at the end of the month" in said and "this month" in said, said
+    first = api.create(schedule={"type": "every", "seconds": 60})
+    api.create(schedule={"type": "every", "seconds": 60})
+    api.clock.now = parse_ms("2026-12-02T09:00:00Z")
+    assert api.call("POST", f"/v1/timers/{first['id']}/pause").status == 200
+
+    def active(month: str | None) -> int:
+        reply = api.call("GET", "/v1/tenant/usage", query={"month": month} if month else None)
+        assert reply.status == 200, reply.body
+        return int(reply.body["active_timers"])
+
+    assert (active("2026-11"), active("2026-12"), active(None)) == (2, 1, 1)
+    assert active("2026-10") == 0  # before the tenant's first timer

@@ -368,7 +368,10 @@ class UsageOut(_Out):
     month: str = Field(description="YYYY-MM (UTC)", examples=["2026-11"])
     fires: FireCountsOut
     timers_created: int
-    active_timers: int = Field(description="Timers active now (the same for any month asked)")
+    active_timers: int = Field(
+        description="Timers active at the end of the month (UTC): an earlier month answers the "
+        "count at its end, this month (or a later one) the count now"
+    )
 
 
 class HealthOut(_Out):
