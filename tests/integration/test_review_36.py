@@ -21,12 +21,16 @@
      the field, nothing created.
 2. test_the_documented_active_timers_is_what_an_earlier_month_answers - ``UsageOut``'s text
    said "the same for any month asked"; an earlier month answers its end's count.
+3. test_changes_fencing_one_position_again_count_no_entry_and_fill_no_item - a fence over a
+   fence added 1 to its claim item's count: edits of one timer filled the item, and other
+   timers' fires of that partition and second paid a seal and a child item.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,11 +41,17 @@ from ops import admin
 from ops.local.stack import LocalConfig, StackError
 from tests.integration.api_harness import Api, make_api
 from tests.integration.test_cli import HandlerTransport, timers
-from tests.support.clock import FakeClock
+from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
+    Rig,
+    claim_items,
+    rig,
+    until_armed,
+)
+from tests.support.clock import T0, FakeClock
 from tests.support.webhook_server import Endpoint, webhook_server
 from timers.adapters import http_target
 from timers.config import ConfigError, Settings
-from timers.core.times import parse_ms
+from timers.core.times import format_ms, parse_ms
 from timers_client import Client, bulk, cli
 from timers_client.errors import ErrorDetail, RateLimited, ValidationError
 
@@ -232,3 +242,37 @@ def test_the_documented_active_timers_is_what_an_earlier_month_answers(api: Api)
 
     assert (active("2026-11"), active("2026-12"), active(None)) == (2, 1, 1)
     assert active("2026-10") == 0  # before the tenant's first timer
+
+
+# ---------------------------------------------------------------- 3. a fence again counts nothing
+
+
+def test_changes_fencing_one_position_again_count_no_entry_and_fill_no_item(
+    rig: Rig,  # noqa: F811
+) -> None:
+    """Every change fences its timer's cursor; a fence over a fence rewrote the entry and
+    still added 1 to the item's count. About CLAIM_CAP edits of a timer whose next fire stays
+    in one second made the item read as full: every other fire of that partition and second
+    then paid a seal and a child item."""
+    api = rig.api
+    api.tenants.set_spread("acme", 1)  # every timer in one claim partition
+    rig.log.cap = 8
+    due = T0 + 2_000
+    edited = api.create(schedule={"type": "at", "at": format_ms(due)})
+    for n in range(3 * rig.log.cap):
+        reply = api.call("PATCH", f"/v1/timers/{edited['id']}", body={"name": f"edit {n}"})
+        assert reply.status == 200, reply.body
+    root = f"{rig.stored(edited['id']).partition}/{due // 1000}"
+
+    def counted() -> tuple[int, int]:
+        item = claim_items(rig)[root]
+        return int(item["c"]["N"]), len([name for name in item if "@" in name])
+
+    assert counted() == (1, 1)  # one fence, counted once
+    other = api.create(schedule={"type": "at", "at": format_ms(due)})
+    until_armed(rig, due)
+    rig.run_until_idle()
+    assert rig.per_fire() == Counter({f"{edited['id']}:{due}": 1, f"{other['id']}:{due}": 1})
+    items = claim_items(rig)
+    assert "sl" not in items[root] and not [k for k in items if k.startswith(root + "/")]
+    assert counted() == (2, 2)
