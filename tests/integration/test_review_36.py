@@ -24,6 +24,8 @@
 3. test_changes_fencing_one_position_again_count_no_entry_and_fill_no_item - a fence over a
    fence added 1 to its claim item's count: edits of one timer filled the item, and other
    timers' fires of that partition and second paid a seal and a child item.
+4. test_run_now_without_its_reference_clock_is_503_and_writes_nothing - Redis unreachable
+   (its TIME is run now's clock) was a 500; an untrusted clock a 409.
 """
 
 from __future__ import annotations
@@ -34,11 +36,16 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import boto3
 import httpx
 import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from ops import admin
 from ops.local.stack import LocalConfig, StackError
+from ops.ports import free_port
 from tests.integration.api_harness import Api, make_api
 from tests.integration.test_cli import HandlerTransport, timers
 from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
@@ -52,6 +59,7 @@ from tests.support.webhook_server import Endpoint, webhook_server
 from timers.adapters import http_target
 from timers.config import ConfigError, Settings
 from timers.core.times import format_ms, parse_ms
+from timers.runtime import redis_time_ms
 from timers_client import Client, bulk, cli
 from timers_client.errors import ErrorDetail, RateLimited, ValidationError
 
@@ -276,3 +284,48 @@ def test_changes_fencing_one_position_again_count_no_entry_and_fill_no_item(
     items = claim_items(rig)
     assert "sl" not in items[root] and not [k for k in items if k.startswith(root + "/")]
     assert counted() == (2, 2)
+
+
+# ---------------------------------------------------------------- 4. run now, Redis unreachable
+
+
+def written_for(api: Api, timer_id: str) -> list[str]:
+    """The claims table's entries and extra-fire listings of a timer."""
+    items = boto3.client("dynamodb").scan(TableName=api.runtime.wiring.log.table)["Items"]
+    return [
+        f"{item['k']['S']} {name}"
+        for item in items
+        for name in item
+        if name.startswith(f"{timer_id}@") or item["k"]["S"].endswith(f"/{timer_id}")
+    ]
+
+
+def queued(api: Api, tenant: str = "acme") -> list[Any]:
+    sqs = boto3.client("sqs")
+    return list(sqs.receive_message(QueueUrl=api.queues[tenant]).get("Messages", []))
+
+
+def test_run_now_without_its_reference_clock_is_503_and_writes_nothing(api: Api) -> None:
+    """Run now fires by the reference clock (Redis TIME, the trigger's): unreachable, it was
+    an unhandled error - a 500. The api fails open where Redis is an index or a limiter (the
+    fast path, the rate limit); run now cannot fire without it: 503 ``unavailable``, with
+    Retry-After, nothing claimed, listed or sent - as when the clock is there but cannot be
+    trusted (it was a 409 concurrent_update)."""
+    timer = api.create(schedule={"type": "every", "seconds": 60})
+    extras = api.runtime.service.extras
+    assert extras is not None
+    dead = redis.Redis(port=free_port(), retry=Retry(NoBackoff(), 0))  # nothing listens there
+    for reference in (lambda: redis_time_ms(dead), lambda: api.clock() + 5_000):
+        extras.reference = reference  # the second: 5 s off this host's clock, not trusted
+        reply = api.call("POST", f"/v1/timers/{timer['id']}/run")
+        assert (reply.status, reply.error_code) == (503, "unavailable"), reply.body
+        assert reply.body["error"]["details"] == [] and reply.body["error"]["message"]
+        assert reply.headers["retry-after"] == "1"
+        assert written_for(api, timer["id"]) == []
+        assert queued(api) == []
+    doc = api.call("GET", "/v1/openapi.json", tenant=None).body
+    answers = doc["paths"]["/v1/timers/{timer_id}/run"]["post"]["responses"]
+    assert "unavailable" in answers["503"]["description"]
+    assert "Retry-After" in answers["503"]["headers"]
+    extras.reference = api.clock
+    assert api.call("POST", f"/v1/timers/{timer['id']}/run").status == 202  # and once it is back

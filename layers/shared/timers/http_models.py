@@ -387,7 +387,7 @@ class ErrorBody(_Out):
     code: str = Field(
         description="validation_error, unauthorized, not_found, method_not_allowed, "
         "idempotency_conflict, invalid_state, concurrent_update, payload_too_large, "
-        "unsupported_media_type, rate_limited"
+        "unsupported_media_type, rate_limited, unavailable"
     )
     message: str
     details: list[ErrorDetail]

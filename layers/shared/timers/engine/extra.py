@@ -30,7 +30,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from timers.adapters.usage import count_fires
-from timers.core.errors import ConcurrentUpdate
+from timers.core.errors import ConcurrentUpdate, Unavailable, trace_frames
 from timers.core.schedule import first_fire, is_recurring, next_fire
 from timers.core.timer import Timer
 from timers.engine.entries import Entry, EntryRef, entry_ref
@@ -84,9 +84,13 @@ class Extras:
         timer, cursor_pos = load()
         owner = self.new_owner()
         sync = ClockSync(self.clock, self.reference)  # never early: the trigger's clock
-        sync.measure()
+        try:
+            sync.measure()
+        except Exception as exc:  # Redis unreachable: no reference time, no fire (nothing done)
+            log.warning("run now: no reference time", extra={"trace": trace_frames(exc)})
+            raise Unavailable("the service's clock cannot be read now; retry shortly") from None
         if not sync.trusted:
-            raise ConcurrentUpdate("the service's clock cannot be checked now; retry")
+            raise Unavailable("the service's clock cannot be checked now; retry shortly")
         # the position: a time the reference has certainly reached (never early, no wait)
         timer, pos, ref, entry = self._claim(timer, cursor_pos, owner, sync.lower(), load)
         self._list(timer, pos)
