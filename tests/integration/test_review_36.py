@@ -26,6 +26,9 @@
    timers' fires of that partition and second paid a seal and a child item.
 4. test_run_now_without_its_reference_clock_is_503_and_writes_nothing - Redis unreachable
    (its TIME is run now's clock) was a 500; an untrusted clock a 409.
+5. test_run_now_whose_record_answer_was_lost_answers_the_fire_it_sent - the record after the
+   send can fail its condition (its answer lost, botocore's retry meeting its own write): a 409
+   for a fire on the queue, and a retry sent a second one.
 """
 
 from __future__ import annotations
@@ -329,3 +332,44 @@ def test_run_now_without_its_reference_clock_is_503_and_writes_nothing(api: Api)
     assert "Retry-After" in answers["503"]["headers"]
     extras.reference = api.clock
     assert api.call("POST", f"/v1/timers/{timer['id']}/run").status == 202  # and once it is back
+
+
+# ---------------------------------------------------------------- 5. run now, record after send
+
+
+class LostAnswer:
+    """A DynamoDB client whose first UpdateItem is applied and its answer lost: botocore
+    sends it again (a read timeout, a 500 after the write), and the caller sees the second
+    attempt's answer - a condition that no longer holds, since the first one was applied."""
+
+    def __init__(self, real: Any) -> None:
+        self.real, self.lost = real, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def update_item(self, **request: Any) -> Any:
+        if not self.lost:
+            self.lost += 1
+            self.real.update_item(**request)
+        return self.real.update_item(**request)
+
+
+def test_run_now_whose_record_answer_was_lost_answers_the_fire_it_sent(api: Api) -> None:
+    """The record after the send can come back False: its answer lost and botocore's retry
+    meeting the write it made. Run now answered 409 ("the claim was taken meanwhile") for a
+    fire on the queue, and the user's retry sent a second one. It reads what it recorded: 202,
+    the fire as sent, once on the queue, in the history and in usage."""
+    timer = api.create(schedule={"type": "every", "seconds": 60})
+    api.clock.advance(10_000)
+    log = api.runtime.wiring.log
+    log._record_client = lost = LostAnswer(log.client)
+    reply = api.call("POST", f"/v1/timers/{timer['id']}/run")
+    assert lost.lost == 1  # the record's answer was lost
+    assert reply.status == 202, reply.body
+    fire = reply.body
+    assert fire["status"] == "enqueued" and fire["enqueued_at"] is not None
+    assert [json.loads(m["Body"])["fire_id"] for m in queued(api)] == [fire["fire_id"]]
+    shown = api.call("GET", f"/v1/timers/{timer['id']}/fires").body["items"]
+    assert shown == [fire]
+    assert api.call("GET", "/v1/tenant/usage").body["fires"]["enqueued"] == 1

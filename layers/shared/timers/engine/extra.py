@@ -15,6 +15,8 @@ the extra fires drop out of the history (their entries stay until their TTL).
 
 An api that dies between the claim and the record leaves the entry pending (lapsed after
 EXTRA_CLAIM_MS): maybe sent, maybe not - the request got no answer, and a retry is a new fire.
+A record refused after the send (its answer lost and retried: the write was made) is read
+back, never answered as an error: the answer says the fire went, so no retry sends another.
 """
 
 from __future__ import annotations
@@ -115,7 +117,15 @@ class Extras:
             hook=timer.webhook is not None,
         )
         if not self.log.record(ref[0], owner, {ref[1]: done}):
-            raise ConcurrentUpdate("the extra fire's claim was taken meanwhile")
+            # Sent (or tried) already: never an error a retry would answer with another fire.
+            # Its answer was lost and the retry met its own write, or a change adopted the
+            # claim (merged): what the log holds is ours. Else a takeover sent it too, and
+            # records and counts it: the answer is this request's send.
+            kept = self.log.rewrite(ref[0], ref[1], owner, done)
+            if kept is None:
+                log.warning("run now: its claim was taken over after the send", extra={"pos": pos})
+                return timer, pos, done
+            done = kept
         if self.usage is not None:  # never fails the request: the fire went
             count_fires(self.usage, [(timer.tenant, pos, done.enqueued or pos, done.state, False)])
         return timer, pos, done
