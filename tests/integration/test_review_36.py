@@ -29,11 +29,19 @@
 5. test_run_now_whose_record_answer_was_lost_answers_the_fire_it_sent - the record after the
    send can fail its condition (its answer lost, botocore's retry meeting its own write): a 409
    for a fire on the queue, and a retry sent a second one.
+6. test_keys_given_with_one_prefix_have_ids_of_their_own_each_revocable - a key id was the
+   key's first 10 characters: two admin-given keys shared one, and DELETE reached the first
+   only; test_keys_listed_under_one_id_before_are_shown_apart_and_each_revocable - lists
+   written before the fix keep working.
+7. test_the_admin_cannot_give_a_tenant_an_eleventh_key - ``key add`` listed past 10;
+   test_a_key_from_before_the_list_joins_it_even_past_ten_and_can_be_revoked - decided: a key
+   that exists is listed on its first use, never hidden or refused; no new key past 10.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterator
@@ -373,3 +381,118 @@ def test_run_now_whose_record_answer_was_lost_answers_the_fire_it_sent(api: Api)
     shown = api.call("GET", f"/v1/timers/{timer['id']}/fires").body["items"]
     assert shown == [fire]
     assert api.call("GET", "/v1/tenant/usage").body["fires"]["enqueued"] == 1
+
+
+# ---------------------------------------------------------------- 6, 7. key ids, the 10-key cap
+
+
+def key_ids(api: Api) -> list[str]:
+    reply = api.call("GET", "/v1/tenant/keys")
+    assert reply.status == 200, reply.body
+    return [k["key_id"] for k in reply.body["items"]]
+
+
+def works(api: Api, key: str) -> bool:
+    api.clock.advance(1_001)  # past any sandbox's revocation check
+    return api.call("GET", "/v1/tenant", key=key).status == 200
+
+
+def test_keys_given_with_one_prefix_have_ids_of_their_own_each_revocable(api: Api) -> None:
+    """A key id was the key's first 10 characters: two keys an admin gave (``key add`` with a
+    key, TIMERS_DEMO_API_KEY) with one prefix shared it, and DELETE reached only the first."""
+    one, two = "tk_shared_prefix-one", "tk_shared_prefix-two"
+    assert api.tenants.add_key("acme", api.clock(), one) == one
+    assert api.tenants.add_key("acme", api.clock(), two) == two
+    ids = key_ids(api)
+    assert len(ids) == len(set(ids)) == 3, ids
+    first, second = ids[1], ids[2]
+    assert first == one[:10] and second.startswith(two[:10])  # the first keeps its prefix
+    assert api.call("DELETE", f"/v1/tenant/keys/{second}").status == 204
+    assert (works(api, one), works(api, two)) == (True, False)
+    assert api.call("DELETE", f"/v1/tenant/keys/{first}").status == 204
+    assert (works(api, one), works(api, api.keys["acme"])) == (False, True)
+    assert key_ids(api) == [api.keys["acme"][:10]]
+
+
+def test_keys_listed_under_one_id_before_are_shown_apart_and_each_revocable(api: Api) -> None:
+    """A list written before ids were kept apart may hold two keys with one id: the stored id
+    still revokes the key it named first; the other shows an id of its own, which reaches it."""
+    store = api.tenants
+    one, two = "tk_shared_prefix-one", "tk_shared_prefix-two"
+    tenant = store._get_item("acme")
+    listed = json.loads(tenant.api_keys)
+    for key in (one, two):  # what add_key stored and listed before: both with id "tk_shared_"
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        store.models.api_key(f"KEY#{digest}", tenant="acme", key_id=key[:10],
+                             created_ms=api.clock()).save()  # fmt: skip
+        listed.append({"id": key[:10], "h": digest, "c": api.clock(), "l": None})
+    tenant.update(actions=[store.models.tenant.api_keys.set(json.dumps(listed))])
+    ids = key_ids(api)
+    assert ids[1] == one[:10] and ids[2] != ids[1] and ids[2].startswith(one[:10]), ids
+    assert api.call("DELETE", f"/v1/tenant/keys/{one[:10]}").status == 204  # as it always did
+    assert (works(api, one), works(api, two)) == (False, True)
+    assert key_ids(api) == [api.keys["acme"][:10], ids[2]]  # the other's id stays its own
+    assert api.call("DELETE", f"/v1/tenant/keys/{ids[2]}").status == 204
+    assert works(api, two) is False
+
+
+def admin_says(api: Api, monkeypatch: pytest.MonkeyPatch, capsys: Any, *argv: str) -> Any:
+    """``python -m ops.admin ARGV`` on the harness's tables: exit code and its stdout lines."""
+    target = admin.Target(admin.LOCAL_SETTINGS, boto3.client("sqs"))
+    monkeypatch.setattr(admin, "local_target", lambda: target)
+    code = admin.main(list(argv))
+    return code, capsys.readouterr().out.splitlines()
+
+
+def test_the_admin_cannot_give_a_tenant_an_eleventh_key(
+    api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``key add`` (and ``tenant create --api-key`` with a new key) listed keys past the
+    contract's 10: a one-line error now, exit code 1, nothing registered."""
+    for _ in range(9):
+        assert api.call("POST", "/v1/tenant/keys", body={}).status == 201
+    assert len(key_ids(api)) == 10
+    for argv in (
+        ["key", "add", "acme"],
+        ["tenant", "create", "acme", "--api-key", "tk_x123456789"],
+    ):
+        code, lines = admin_says(api, monkeypatch, capsys, *argv)
+        assert code == 1 and len(lines) == 1, (argv, lines)
+        error = json.loads(lines[0])["error"]
+        assert error["code"] == "invalid_state" and "10" in error["message"], error
+    assert len(key_ids(api)) == 10
+    assert api.call("GET", "/v1/tenant", key="tk_x123456789").status == 401  # not registered
+    code, lines = admin_says(api, monkeypatch, capsys, "tenant", "create", "acme",
+                             "--api-key", api.keys["acme"])  # fmt: skip
+    assert code == 0, lines  # a key it has: idempotent, nothing added
+    assert len(key_ids(api)) == 10
+
+
+def test_a_key_from_before_the_list_joins_it_even_past_ten_and_can_be_revoked(
+    api: Api,
+) -> None:
+    """Decided: a key registered before tenants had a key list exists already; on its first
+    use it is listed even when that makes 11 - never hidden (the tenant could not see or
+    revoke it) nor refused (a working key would stop working). No new key is made while 10 or
+    more are listed; the tenant revokes down to 9 first."""
+    for _ in range(9):
+        assert api.call("POST", "/v1/tenant/keys", body={}).status == 201
+    old = "tk_from_before_the_list"
+    digest = hashlib.sha256(old.encode()).hexdigest()
+    api.tenants.models.api_key(f"KEY#{digest}", tenant="acme", key_id=old[:10],
+                               created_ms=api.clock()).save()  # fmt: skip
+    assert api.call("GET", "/v1/tenant", key=old).status == 200  # its first use lists it
+    ids = key_ids(api)
+    assert len(ids) == 11 and ids[-1] == old[:10]
+    refused = api.call("POST", "/v1/tenant/keys", body={})
+    assert (refused.status, refused.error_code) == (409, "invalid_state")
+    older = "tk_older_than_the_list"  # registered again by the admin: listed, as its use would
+    digest = hashlib.sha256(older.encode()).hexdigest()
+    api.tenants.models.api_key(f"KEY#{digest}", tenant="acme", key_id=older[:10],
+                               created_ms=api.clock()).save()  # fmt: skip
+    assert api.tenants.add_key("acme", api.clock(), older) == older
+    assert key_ids(api)[11:] == [older[:10]]
+    for key in (old, older):
+        assert api.call("DELETE", f"/v1/tenant/keys/{key[:10]}").status == 204
+        assert works(api, key) is False
+    assert api.call("POST", "/v1/tenant/keys", body={}).status == 409  # 10: still full

@@ -341,7 +341,10 @@ class KeyCreate(_Strict):
 
 
 class KeyOut(_Out):
-    key_id: str = Field(description="Names the key (its first characters); not a secret")
+    key_id: str = Field(
+        description="Names the key: its first 10 characters (and a part of its hash if another "
+        "key of the tenant starts the same); not a secret"
+    )
     created_at: Timestamp
     last_used_at: Timestamp | None = Field(
         description="When a request last used it (to about a minute); null: never"
@@ -354,7 +357,10 @@ class KeyCreatedOut(KeyOut):
 
 
 class KeyList(_Out):
-    items: list[KeyOut] = Field(description="The tenant's keys, oldest first (at most 10)")
+    items: list[KeyOut] = Field(
+        description="The tenant's keys, oldest first: at most 10 (and a key from before "
+        "tenants had a key list, which joins it on its first use even past 10)"
+    )
 
 
 class FireCountsOut(_Out):
