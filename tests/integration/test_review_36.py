@@ -36,6 +36,8 @@
 7. test_the_admin_cannot_give_a_tenant_an_eleventh_key - ``key add`` listed past 10;
    test_a_key_from_before_the_list_joins_it_even_past_ten_and_can_be_revoked - decided: a key
    that exists is listed on its first use, never hidden or refused; no new key past 10.
+8. test_a_node_that_serves_no_bucket_after_a_failover_keeps_no_peek - the fan-out kept a
+   failed-over node's peek for ever, and answered it, stale, when the name served again.
 """
 
 from __future__ import annotations
@@ -43,8 +45,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import boto3
@@ -59,6 +63,7 @@ from ops.local.stack import LocalConfig, StackError
 from ops.ports import free_port
 from tests.integration.api_harness import Api, make_api
 from tests.integration.test_cli import HandlerTransport, timers
+from tests.integration.test_engine_index import many
 from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
     Rig,
     claim_items,
@@ -70,12 +75,14 @@ from tests.support.webhook_server import Endpoint, webhook_server
 from timers.adapters import http_target
 from timers.config import ConfigError, Settings
 from timers.core.times import format_ms, parse_ms
+from timers.engine.index import BucketIndex, Peek, PeekPending
 from timers.runtime import redis_time_ms
 from timers_client import Client, bulk, cli
 from timers_client.errors import ErrorDetail, RateLimited, ValidationError
 
 pytestmark = pytest.mark.integration
 
+GUARD_S = 10  # a real-time bound on waiting for another thread: never reached when it works
 OTHER_DIGITS = ("２０２６-１１", "٢٠٢٦-١١", "2026-１１", "２０２６-11", "۲۰۲۶-۱۱")
 
 
@@ -496,3 +503,63 @@ def test_a_key_from_before_the_list_joins_it_even_past_ten_and_can_be_revoked(
         assert api.call("DELETE", f"/v1/tenant/keys/{key[:10]}").status == 204
         assert works(api, key) is False
     assert api.call("POST", "/v1/tenant/keys", body={}).status == 409  # 10: still full
+
+
+# ---------------------------------------------------------------- 8. the fan-out's shard peeks
+
+
+class MovingShards:
+    """A plain redis-server whose buckets the "nodes" of ``serving`` serve: a failover is a
+    new name for a node's buckets (its replica, promoted), as redis-py's cluster map says."""
+
+    def __init__(self, real: redis.Redis, serving: dict[int, str]) -> None:
+        self.real, self.serving = real, serving
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def get_node_from_key(self, key: str) -> Any:
+        return SimpleNamespace(name=self.serving[int(key.split("{b")[1].split("}")[0])])
+
+
+def peeks_until_answered(index: BucketIndex) -> dict[int, Peek | Exception]:
+    """Polls, as the fan-out's (each waits SHARD_WAIT_S for a slow shard), until every bucket
+    has an answer."""
+    for _ in range(50):
+        got = index.peek(range(4), T0)
+        if not any(isinstance(p, PeekPending) for p in got.values()):
+            return got
+    raise AssertionError(f"a shard never answered: {got}")
+
+
+def test_a_node_that_serves_no_bucket_after_a_failover_keeps_no_peek(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard's peek slower than SHARD_WAIT_S is kept, to answer at the next poll; a node
+    that failed over serves no bucket at that poll, and its peek was kept for ever (a leak in
+    a long-lived fan-out) - and answered, stale, if that node's name came to serve again."""
+    shards = MovingShards(redis_client, {0: "a", 1: "b", 2: "a", 3: "b"})
+    index = BucketIndex(shards, bucket_count=4)  # type: ignore[arg-type]
+    assert index.put([c for b in range(4) for c in many(1, T0 - b, tenant=f"t{b}", partition=b)])
+    gate = threading.Event()
+    peek = index._peek
+
+    def slow_b(buckets: Sequence[int], until: int) -> Any:
+        if shards.serving[buckets[0]] == "b" and not gate.is_set():
+            gate.wait(GUARD_S)  # node b hangs: the failover is under way
+        return peek(buckets, until)
+
+    monkeypatch.setattr(index, "_peek", slow_b)
+    got = index.peek(range(4), T0)
+    assert {b for b, p in got.items() if isinstance(p, PeekPending)} == {1, 3}
+    shards.serving = {0: "a", 1: "c", 2: "a", 3: "c"}  # b's replica, c, serves its buckets
+    gate.set()
+    index._shard_peeks["b"].result(GUARD_S)  # b's peek ends, after its poll
+    assert index.put(many(1, T0 - 100, tenant="later", partition=1))  # bucket 1 moves on
+    fresh = {1: Peek(T0 - 100, 2, None, None, None), 3: Peek(T0 - 3, 1, None, None, None)}
+    got = peeks_until_answered(index)
+    assert {b: got[b] for b in (1, 3)} == fresh
+    assert set(index._shard_peeks) <= {"a", "c"}  # was: b's peek, kept for ever
+    shards.serving = {0: "a", 1: "b", 2: "a", 3: "b"}  # another failover: b serves again
+    got = peeks_until_answered(index)
+    assert {b: got[b] for b in (1, 3)} == fresh  # was: b's answer from before, stale
