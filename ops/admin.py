@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -41,6 +42,7 @@ from ops.template import local_settings
 from timers.adapters.tenants import TenantStore, summary, validate_name
 from timers.config import Settings
 from timers.core.errors import DomainError, NotFound
+from timers.core.numbers import ascii_int
 
 LOCAL_SETTINGS = local_settings()
 
@@ -174,6 +176,20 @@ def run(target: Target, argv: Sequence[str]) -> dict[str, Any]:
     raise AssertionError("unreachable: argparse accepts only the commands above")
 
 
+def _whole(text: str) -> int:
+    """A whole number in ASCII digits (``int()`` takes any script's)."""
+    value = ascii_int(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"not a whole number (0-9): {text!r}")
+    return value
+
+
+def _hours(text: str) -> float:
+    if not re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", text):
+        raise argparse.ArgumentTypeError(f"not a number of hours (0-9, e.g. 1.5): {text!r}")
+    return float(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m ops.admin",
@@ -188,10 +204,10 @@ def _parser() -> argparse.ArgumentParser:
     tenant.add_parser("show").add_argument("name")
     spread = tenant.add_parser("spread", help="how many buckets the tenant's new timers share")
     spread.add_argument("name")
-    spread.add_argument("buckets", type=int)
+    spread.add_argument("buckets", type=_whole)
     rate = tenant.add_parser("rate", help="the tenant's API request rate (per second)")
     rate.add_argument("name")
-    rate.add_argument("per_second", type=int)
+    rate.add_argument("per_second", type=_whole)
     key = nouns.add_parser("key").add_subparsers(dest="verb", required=True)
     key.add_parser("add").add_argument("name")
     key.add_parser("revoke").add_argument("api_key")
@@ -203,7 +219,7 @@ def _parser() -> argparse.ArgumentParser:
     webhook = nouns.add_parser("webhook").add_subparsers(dest="verb", required=True)
     rotate = webhook.add_parser("rotate", help="a new signing secret, the old one still signs")
     rotate.add_argument("name")
-    rotate.add_argument("--window-hours", type=float, default=24.0)
+    rotate.add_argument("--window-hours", type=_hours, default=24.0)
     return parser
 
 

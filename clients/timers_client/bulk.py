@@ -36,7 +36,7 @@ BATCH = 100  # the batch endpoint's limit
 CREATE_FIELDS = ("name", "schedule", "start_at", "end_at", "max_fires", "target", "payload",
                  "misfire", "retry")  # fmt: skip
 EXPORT_ONLY = ("id", "status", "fire_count")
-_INDEX = re.compile(r"timers\[(\d+)\]\.?(.*)")
+_INDEX = re.compile(r"timers\[([0-9]+)\]\.?(.*)")
 
 
 def export_line(timer: Timer, default_queue: str | None) -> str:

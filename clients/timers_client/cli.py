@@ -36,11 +36,18 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import httpx
 
 from timers_client import bulk
-from timers_client.client import ApiConfigError, Client, Config, after, at, cron, every
+from timers_client.client import NUMBER, ApiConfigError, Client, Config, after, at, cron, every
 from timers_client.errors import ApiError
 
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_DURATION = re.compile(rf"({NUMBER.pattern})(ms|s|m|h|d)")  # ASCII digits: not ``\d``
+
+
+def whole_number(text: str) -> int:
+    """A count (``--limit 20``) in ASCII digits: ``int()`` takes any script's."""
+    if not re.fullmatch(r"[0-9]+", text):
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    return int(text)
 
 
 def whole_seconds(text: str) -> int:
@@ -54,10 +61,8 @@ def whole_seconds(text: str) -> int:
 def duration(text: str) -> float:
     """Seconds of ``30``, ``30s``, ``1.5s``, ``250ms``, ``5m``, ``1h30m``, ``2d``."""
     text = text.strip().lower()
-    try:
+    if NUMBER.fullmatch(text):
         return float(text)
-    except ValueError:
-        pass
     parts = _DURATION.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 30s, 5m, 1h30m)")
@@ -301,7 +306,7 @@ class UsageError(Exception):
 
 def failed_fire_id(client: Client, timer_id: str, given: str) -> str:
     """The failed fire of the timer whose id is ``given`` or starts with it (unique)."""
-    if re.fullmatch(r".+:\d{13,}", given):
+    if re.fullmatch(r".+:[0-9]{13,}", given):
         return given  # a whole fire id: the API says whether it failed
     matches = [f.fire_id for f in client.failed_fires() if f.timer_id == timer_id
                and f.fire_id.startswith(given)]  # fmt: skip
@@ -406,7 +411,7 @@ def _schedule_options(parser: argparse.ArgumentParser, required: bool) -> None:
     parser.add_argument("--tz", help="with --cron: its IANA time zone (default UTC)")
     parser.add_argument("--start", metavar="TIME", help="no fire before this RFC 3339 time")
     parser.add_argument("--end", metavar="TIME", help="no fire after this RFC 3339 time")
-    parser.add_argument("--max-fires", type=int, metavar="N")
+    parser.add_argument("--max-fires", type=whole_number, metavar="N")
 
 
 def cmd_export(client: Client, args: argparse.Namespace) -> Any:
@@ -517,7 +522,7 @@ def parser() -> argparse.ArgumentParser:
     where.add_argument("--url", help="HTTP target: POST there, signed (Standard Webhooks)")
     create.add_argument("--header", type=header_value, action="append",
                         help="with --url: 'Name: value', repeatable")  # fmt: skip
-    create.add_argument("--retry-attempts", type=int, metavar="N",
+    create.add_argument("--retry-attempts", type=whole_number, metavar="N",
                         help="an HTTP fire is POSTed at most N times (1..100)")  # fmt: skip
     create.add_argument("--retry-max-age", type=whole_seconds, metavar="DURATION",
                         help="an HTTP fire is retried until this long after its due time "
@@ -530,7 +535,7 @@ def parser() -> argparse.ArgumentParser:
 
     ls = command("ls", help="list timers (every page)")
     ls.add_argument("--status", choices=["active", "paused", "completed"])
-    ls.add_argument("--limit", type=int, help="at most this many")
+    ls.add_argument("--limit", type=whole_number, help="at most this many")
     ls.set_defaults(run=cmd_ls)
 
     for name, run, text in [
@@ -567,13 +572,13 @@ def parser() -> argparse.ArgumentParser:
 
     fires = command("fires", help="a timer's fires, newest first")
     fires.add_argument("id")
-    fires.add_argument("--limit", type=int)
+    fires.add_argument("--limit", type=whole_number)
     fires.set_defaults(run=cmd_fires)
 
     failed = command("failed", help="the tenant's failed webhook fires, newest first")
     failed.add_argument("--since", metavar="TIME", help="failed at or after this RFC 3339 time")
     failed.add_argument("--until", metavar="TIME", help="failed at or before this RFC 3339 time")
-    failed.add_argument("--limit", type=int, help="at most this many")
+    failed.add_argument("--limit", type=whole_number, help="at most this many")
     failed.add_argument("--all", action="store_true",
                         help="the redelivered ones too (left out by default: failures no more, "
                         "unless they failed again - then listed anew)")  # fmt: skip
@@ -593,7 +598,7 @@ def parser() -> argparse.ArgumentParser:
 
     preview = command("preview", help="the next fire times of a schedule")
     _schedule_options(preview, required=True)
-    preview.add_argument("--count", type=int)
+    preview.add_argument("--count", type=whole_number)
     preview.set_defaults(run=cmd_preview)
 
     export = command(
@@ -615,7 +620,7 @@ def parser() -> argparse.ArgumentParser:
     imp.set_defaults(run=cmd_import)
 
     tail = command("tail", help="print the tenant's callbacks as they arrive")
-    tail.add_argument("--count", type=int, help="stop after this many")
+    tail.add_argument("--count", type=whole_number, help="stop after this many")
     tail.add_argument("--idle", type=duration, help="stop after this long without one")
     tail.set_defaults(run=None)
     return p

@@ -7,6 +7,7 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -437,12 +438,18 @@ class Client:
         raise error_from(response.status_code, answer, retry)
 
 
+NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+"""A number as the SDK and the CLI read one: ASCII digits. ``float()`` takes any script's, and
+``inf``, ``nan``, ``1e9`` and ``1_0`` too."""
+
+
 def _retry_after(response: httpx.Response, attempt: int) -> float:
-    """``Retry-After`` in seconds (API Gateway's own 429 has none: back off exponentially)."""
-    try:
-        return max(0.0, float(response.headers["retry-after"]))
-    except (KeyError, ValueError):
-        return min(2.0**attempt * 0.5, 8.0)
+    """``Retry-After`` in seconds (API Gateway's own 429 has none, and an HTTP date or anything
+    else that is not a number in ASCII digits is no answer: back off exponentially)."""
+    given = response.headers.get("retry-after", "").strip()
+    if NUMBER.fullmatch(given):
+        return float(given)
+    return min(2.0**attempt * 0.5, 8.0)
 
 
 def _id(timer_id: str) -> str:

@@ -42,6 +42,7 @@ from ops.offline import LOCAL_CREDENTIALS
 from ops.ports import port_is_free
 from ops.redis_cluster import BUS_OFFSET, MAX_SHARDS, MIN_SHARDS, ClusterError, LocalRedisCluster
 from ops.redis_server import RedisServer, find_redis_server
+from timers.core.numbers import is_ascii_digits
 
 DEMO_TENANT = "demo"
 DEFAULT_DYNAMODB = "moto"  # see the README: DYNAMODB=local costs Java, memory and start time
@@ -69,12 +70,14 @@ class LocalConfig:
     def from_env(cls, env: Mapping[str, str]) -> LocalConfig:
         def number(name: str, default: int, low: int = 1, high: int = 65535) -> int:
             raw = env.get(name) or str(default)
-            if not raw.isdigit() or not low <= int(raw) <= high:
+            if not is_ascii_digits(raw) or not low <= int(raw) <= high:
                 raise StackError(f"{name}={raw!r} is not a number from {low} to {high}")
             return int(raw)
 
         shards = env.get("REDIS_SHARDS") or "1"
-        if shards != "1" and not (shards.isdigit() and MIN_SHARDS <= int(shards) <= MAX_SHARDS):
+        if shards != "1" and not (
+            is_ascii_digits(shards) and MIN_SHARDS <= int(shards) <= MAX_SHARDS
+        ):
             raise StackError(
                 f"REDIS_SHARDS={shards!r} is not 1 (one redis-server) or a cluster of "
                 f"{MIN_SHARDS} to {MAX_SHARDS} masters"

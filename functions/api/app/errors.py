@@ -11,11 +11,13 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestValidationError,
 )
 
-from timers.core.errors import DomainError, FieldError, RateLimited, trace_frames
+from timers.core.errors import DomainError, FieldError, RateLimited, Unavailable, trace_frames
 
 from .resolver import app, json_response, logger
 
-RETRY_AFTER_S = 1  # the rate limiter's window is one second (timers.adapters.ratelimit)
+RETRY_AFTER_S = 1
+"""Retry-After of a 429 (the rate limiter's window is one second: timers.adapters.ratelimit)
+and of a 503 (run now's reference clock: Redis is back within seconds of a failover)."""
 
 
 def error_response(
@@ -35,7 +37,7 @@ def error_response(
 def domain_error(exc: DomainError) -> Response[Any]:
     message = invalid_message(exc.details, exc.message) if exc.status == 400 else exc.message
     response = error_response(exc.status, exc.code, message, exc.details)
-    if isinstance(exc, RateLimited):
+    if isinstance(exc, RateLimited | Unavailable):
         response.headers["Retry-After"] = str(RETRY_AFTER_S)
     return response
 

@@ -37,12 +37,21 @@ _WHEN = {
     429: "rate_limited: the tenant is over its request rate; retry after `Retry-After` seconds. "
     "(Over the stage-wide safety throttle, API Gateway itself answers 429 "
     '`{"message":"Too Many Requests"}`.)',
+    503: "unavailable: the service's reference clock (Redis TIME, what fires are timed by) "
+    "cannot be read, or not trusted, now; nothing was done (no fire claimed or sent): retry "
+    "after `Retry-After` seconds",
 }
 _HEADERS: dict[int, dict[str, Any]] = {
     405: {"Allow": {"description": "The methods this path serves", "schema": {"type": "string"}}},
     429: {
         "Retry-After": {
             "description": "Seconds until the tenant's rate window reopens",
+            "schema": {"type": "integer", "minimum": 1},
+        }
+    },
+    503: {
+        "Retry-After": {
+            "description": "Seconds after which to ask again",
             "schema": {"type": "integer", "minimum": 1},
         }
     },

@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from timers.core.numbers import is_ascii_digits
 from timers.engine.wake import WAKE_SHARDS
 
 LOCAL_ONLY = frozenset({"timers_allow_loopback_targets"})
@@ -76,7 +77,7 @@ def _parse(name: str, kind: object, raw: str) -> object:
             raise ConfigError(f"{name.upper()}={raw!r}: not a boolean (1/0, true/false)")
         return raw.lower() in TRUE
     if kind == "int":
-        if not raw.lstrip("-").isdigit():
+        if not is_ascii_digits(raw.removeprefix("-")):
             raise ConfigError(f"{name.upper()}={raw!r}: not a whole number")
         return int(raw)
     return raw

@@ -46,6 +46,7 @@ from timers.adapters.target_slots import Held
 from timers.adapters.usage import add_quietly, month_of
 from timers.core.errors import trace_frames
 from timers.core.failures import FailedFire, redelivered_at
+from timers.core.numbers import ascii_int
 from timers.core.timer import fire_due_ms, fire_timer_id
 from timers.core.webhooks import (
     RETRY_FOR_MS,
@@ -164,8 +165,7 @@ def defer_wait_s(deferrals: int, jitter: float) -> int:
 
 
 def deferrals(message: Message) -> int:
-    count = message.attributes.get(DEFERRALS, "")
-    return int(count) if count.isdigit() else 0
+    return ascii_int(message.attributes.get(DEFERRALS, "")) or 0
 
 
 @dataclass(frozen=True)

@@ -341,7 +341,10 @@ class KeyCreate(_Strict):
 
 
 class KeyOut(_Out):
-    key_id: str = Field(description="Names the key (its first characters); not a secret")
+    key_id: str = Field(
+        description="Names the key: its first 10 characters (and a part of its hash if another "
+        "key of the tenant starts the same); not a secret"
+    )
     created_at: Timestamp
     last_used_at: Timestamp | None = Field(
         description="When a request last used it (to about a minute); null: never"
@@ -354,7 +357,10 @@ class KeyCreatedOut(KeyOut):
 
 
 class KeyList(_Out):
-    items: list[KeyOut] = Field(description="The tenant's keys, oldest first (at most 10)")
+    items: list[KeyOut] = Field(
+        description="The tenant's keys, oldest first: at most 10 (and a key from before "
+        "tenants had a key list, which joins it on its first use even past 10)"
+    )
 
 
 class FireCountsOut(_Out):
@@ -382,7 +388,10 @@ class UsageOut(_Out):
         description="The enqueued fires by accuracy level; the six add up to fires.enqueued"
     )
     timers_created: int
-    active_timers: int = Field(description="Timers active now (the same for any month asked)")
+    active_timers: int = Field(
+        description="Timers active at the end of the month (UTC): an earlier month answers the "
+        "count at its end, this month (or a later one) the count now"
+    )
 
 
 class HealthOut(_Out):
@@ -398,7 +407,7 @@ class ErrorBody(_Out):
     code: str = Field(
         description="validation_error, unauthorized, not_found, method_not_allowed, "
         "idempotency_conflict, invalid_state, concurrent_update, payload_too_large, "
-        "unsupported_media_type, rate_limited"
+        "unsupported_media_type, rate_limited, unavailable"
     )
     message: str
     details: list[ErrorDetail]

@@ -31,6 +31,7 @@ from timers.core.errors import (
     InvalidState,
     NotFound,
 )
+from timers.core.numbers import is_ascii_digits
 from timers.core.schedule import Misfire, Plan, Schedule, preview
 from timers.core.timer import Timer
 from timers.core.times import format_ms
@@ -47,8 +48,8 @@ BATCH_LIMIT = 100
 LIST_READ_LIMIT = 1_000
 """Items one list request reads at most (payload items and other statuses included)."""
 LIST_READ_BATCH = 100
-_MONTH = re.compile(r"\d{4}-\d{2}")
 """Items read per query when a status filter may discard most of them."""
+_MONTH = re.compile(r"[0-9]{4}-(0[1-9]|1[0-2])")  # ASCII digits: ``\d`` takes any script's
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,7 @@ class TimerService:
         """The tenant's usage of ``month`` (YYYY-MM, UTC; None: this month)."""
         if month is None:
             month = month_of(self.clock())
-        elif not _MONTH.fullmatch(month) or not 1 <= int(month[5:]) <= 12:
+        elif not _MONTH.fullmatch(month):
             raise InvalidInput("invalid month", [FieldError("month", "expected YYYY-MM")])
         if self.usage is None:
             raise InvalidState("usage is not counted here")
@@ -431,13 +432,12 @@ def _fingerprint(specs: Sequence[TimerSpec], single: bool) -> str:
 def _history_cursor(position: str) -> tuple[int | None, int | None]:
     """(where the chain goes on, the position extra fires are below) of a history cursor;
     a cursor of before extra fires is the chain's position alone."""
-    try:
-        chain, _, below = position.partition("|")
-        return (int(chain) if chain else None), (int(below) if below else None)
-    except ValueError:
+    chain, _, below = position.partition("|")
+    if not all(is_ascii_digits(part) for part in (chain, below) if part):
         raise InvalidInput(
             "invalid cursor", [FieldError("cursor", "not a cursor this listing returned")]
-        ) from None
+        )
+    return (int(chain) if chain else None), (int(below) if below else None)
 
 
 def encode_cursor(position: str | None, tenant: Tenant, scope: str) -> str | None:

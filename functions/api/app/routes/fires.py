@@ -129,7 +129,7 @@ def redeliver_fires(timer_id: str) -> Response[m.FailedFireBatchOut]:
             "`next_fire_at` nor count toward `max_fires`, and shows in the timer's fires",
             m.FireOut,
         ),
-        **errors(*ONE_TIMER, 409),
+        **errors(*ONE_TIMER, 409, 503),
     },
     summary="Run now: one extra fire, whatever the timer's status",
 )

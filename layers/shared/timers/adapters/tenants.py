@@ -4,10 +4,14 @@
   It also holds the tenant's webhook signing secrets (``whsec_...``, newest first; during a
   rotation the previous one signs too until its ``until``).
 - ``KEY#<sha256 of the key>``: one API key. Keys are stored only as hashes and never logged;
-  the ``key_id`` (first characters of the key) lets an operator tell keys apart.
+  the ``key_id`` (first characters of the key) lets an operator tell keys apart. It is the
+  tenant's only: a key whose first characters another key of the tenant has (keys an admin
+  gave) gets them and a part of its hash (``tk_shared_.1f0c9a2b``).
 - The tenant item's ``api_keys`` lists its keys (JSON, oldest first: ``key_id``, hash, created,
-  label): what ``GET /v1/tenant/keys`` shows, at most KEYS_MAX, never emptied by a revocation
-  through the API. A key registered before the list existed is added to it when next used.
+  label): what ``GET /v1/tenant/keys`` shows, never emptied by a revocation through the API. A
+  new key (the API's, the admin's) joins it only while it holds fewer than KEYS_MAX. A key
+  registered before the list existed is added to it when next used, even past KEYS_MAX: it
+  exists already, and hidden from the list its tenant could neither see nor revoke it.
 - ``REVOCATIONS``: how many keys were ever revoked. An api sandbox that remembers keys reads it
   (at most once a second, and only when it is about to trust a remembered key) and forgets
   every key it remembers when it moved: a revoked key is refused within a second everywhere.
@@ -21,15 +25,15 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pynamodb.attributes import NumberAttribute, UnicodeAttribute, UnicodeSetAttribute
-from pynamodb.exceptions import PutError, TransactWriteError, UpdateError
+from pynamodb.exceptions import TransactWriteError, UpdateError
 from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
-from timers.adapters.dynamodb import bound_model, failed_because
+from timers.adapters.dynamodb import bound_model
 from timers.core.errors import (
     ConcurrentUpdate,
     FieldError,
@@ -59,6 +63,8 @@ AUTH_CACHE_SIZE = 10_000
 """Keys remembered per api sandbox, of each kind (naming a tenant, naming none)."""
 KEYS_MAX = 10
 """API keys a tenant keeps at most."""
+KEY_ID_CHARS = 10
+"""A key's id is its first characters (not a secret), made the tenant's only (_distinct)."""
 LABEL_MAX = 128
 LAST_USED_EVERY_MS = 60_000
 """A key's ``last_used_at`` is written when a lookup finds it older than this: a lookup
@@ -150,7 +156,23 @@ class ApiKey:
 def _keys(text: str | None) -> list[ApiKey]:
     if not text:
         return []
-    return [ApiKey(e["id"], e["h"], int(e["c"]), e.get("l")) for e in json.loads(text)]
+    return _distinct([ApiKey(e["id"], e["h"], int(e["c"]), e.get("l")) for e in json.loads(text)])
+
+
+def _distinct(keys: list[ApiKey]) -> list[ApiKey]:
+    """The keys, each with an id no earlier one has: a key whose id is taken (its first
+    characters are another's: admin-given keys, or a list written before ids were kept apart)
+    shows them and a part of its hash. The first keeps its id, so a stored id still names the
+    key it named; a list written back keeps the ids shown."""
+    seen: set[str] = set()
+    out: list[ApiKey] = []
+    for key in keys:
+        if key.key_id in seen:
+            key_id = f"{key.key_id[:KEY_ID_CHARS]}.{key.digest[:8]}"
+            key = replace(key, key_id=key_id if key_id not in seen else key.digest)
+        seen.add(key.key_id)
+        out.append(key)
+    return out
 
 
 def _keys_json(keys: list[ApiKey]) -> str:
@@ -248,7 +270,8 @@ class TenantStore:
             keys = _keys(tenant.api_keys)
             if not any(k.digest == key.pk[4:] for k in keys):
                 listed = ApiKey(key.key_id, key.pk[4:], int(key.created_ms), key.label)
-                # only while the key still exists: one revoked since it was read is not back
+                # only while the key still exists: one revoked since it was read is not back;
+                # past KEYS_MAX too: it exists, and unlisted its tenant could not revoke it
                 self._transact_keys(tenant, [*keys, listed], existing=key)
         except (UpdateError, ValueError, ConcurrentUpdate):
             pass
@@ -260,7 +283,7 @@ class TenantStore:
         """The update of the tenant's key list to ``keys``, on condition it is as read."""
         held, before = self.models.tenant.api_keys, tenant.api_keys
         condition = held.does_not_exist() if before is None else held == before
-        return [held.set(_keys_json(keys))], condition
+        return [held.set(_keys_json(_distinct(keys)))], condition
 
     # ---------------------------------------------------------------- a tenant's own keys
 
@@ -282,20 +305,23 @@ class TenantStore:
         if label is not None and len(label) > LABEL_MAX:
             raise InvalidInput("label too long", [FieldError("label", f"at most {LABEL_MAX}")])
         api_key = KEY_PREFIX + secrets.token_urlsafe(32)
-        made = ApiKey(api_key[:10], _hash(api_key), now_ms, label)
-        item = self.models.api_key(
-            f"KEY#{made.digest}", tenant=name, key_id=made.key_id, created_ms=now_ms, label=label
-        )
+        made: list[ApiKey] = []
 
         def attempt() -> None:
             tenant = self._get_item(name)
             keys = _keys(tenant.api_keys)
-            if len(keys) >= KEYS_MAX:
-                raise InvalidState(f"a tenant keeps at most {KEYS_MAX} keys: revoke one first")
-            self._transact_keys(tenant, [*keys, made], save=item)
+            _check_room(keys)
+            new = ApiKey(api_key[:KEY_ID_CHARS], _hash(api_key), now_ms, label)
+            listed = _distinct([*keys, new])  # its id: the tenant's only
+            item = self.models.api_key(
+                f"KEY#{new.digest}", tenant=name, key_id=listed[-1].key_id, created_ms=now_ms,
+                label=label,
+            )  # fmt: skip
+            self._transact_keys(tenant, listed, save=item)
+            made[:] = listed[-1:]
 
         _again_while_changing(attempt)
-        return api_key, made
+        return api_key, made[0]
 
     def revoke_key_id(self, name: str, key_id: str) -> None:
         """Revoke one of the tenant's keys by its id: never its last one (InvalidState)."""
@@ -387,50 +413,42 @@ class TenantStore:
         return _to_tenant(item)
 
     def add_key(self, name: str, now_ms: int, api_key: str | None = None) -> str:
-        """Register a key for the tenant (a new random one unless given) and return it.
-
-        The write is conditional: a key is never moved to another tenant (InvalidState), and the
-        same key registered again for the same tenant changes nothing (``tenant create`` stays
-        idempotent)."""
+        """Register a key for the tenant (a new random one unless given) and return it: its
+        item and the tenant's list in one transaction, at most KEYS_MAX (InvalidState), as
+        ``create_key``. A key is never moved to another tenant (InvalidState), and a key the
+        tenant has already changes nothing (``tenant create`` stays idempotent; one from
+        before the list is listed, as its first use would)."""
         if self.get_tenant(name) is None:
             raise NotFound(f"no tenant {name!r}")
         api_key = api_key or KEY_PREFIX + secrets.token_urlsafe(32)
-        item = self.models.api_key(
-            f"KEY#{_hash(api_key)}", tenant=name, key_id=api_key[:10], created_ms=now_ms
-        )
-        try:
-            item.save(condition=self.models.api_key.pk.does_not_exist())
-        except PutError as exc:
-            if not failed_because(exc, "ConditionalCheckFailedException"):
-                raise
-            try:
-                holder = self.models.api_key.get(item.pk, consistent_read=True).tenant
-            except self.models.api_key.DoesNotExist:
-                raise ConcurrentUpdate("the key was revoked meanwhile; retry") from None
-            if holder != name:
-                raise InvalidState(
-                    "this API key is already registered to another tenant; a key is never "
-                    "reassigned (revoke it first, or register a new one)"
-                ) from None
-        self._list_key(name, ApiKey(item.key_id, _hash(api_key), now_ms))
-        return api_key
-
-    def _list_key(self, name: str, key: ApiKey) -> None:
-        """Add an admin's key to the tenant's list (no KEYS_MAX: an operator's tool)."""
+        digest = _hash(api_key)
 
         def attempt() -> None:
             tenant = self._get_item(name)
             keys = _keys(tenant.api_keys)
-            if any(k.digest == key.digest for k in keys):
+            if any(k.digest == digest for k in keys):
                 return
             try:
-                self._relist(tenant, [*keys, key])
-            except UpdateError as exc:
-                if not failed_because(exc, "ConditionalCheckFailedException"):
-                    raise
-                raise ConcurrentUpdate("the tenant's keys kept changing; retry") from exc
+                held = self.models.api_key.get(f"KEY#{digest}", consistent_read=True)
+            except self.models.api_key.DoesNotExist:
+                held = None
+            if held is not None and held.tenant != name:
+                raise InvalidState(
+                    "this API key is already registered to another tenant; a key is never "
+                    "reassigned (revoke it first, or register a new one)"
+                )
+            if held is not None:  # the tenant's, from before the list: listed, as on first use
+                old = ApiKey(held.key_id, digest, int(held.created_ms), held.label)
+                self._transact_keys(tenant, [*keys, old], existing=held)
+                return
+            _check_room(keys)
+            listed = _distinct([*keys, ApiKey(api_key[:KEY_ID_CHARS], digest, now_ms)])
+            item = self.models.api_key(f"KEY#{digest}", tenant=name, key_id=listed[-1].key_id,
+                                       created_ms=now_ms)  # fmt: skip
+            self._transact_keys(tenant, listed, save=item)
 
         _again_while_changing(attempt)
+        return api_key
 
     def revoke_key(self, api_key: str) -> bool:
         """Delete a key and count the revocation (what tells every api sandbox to forget the keys
@@ -575,6 +593,12 @@ def summary(tenant: Tenant) -> dict[str, Any]:
 
 
 KEY_WRITE_TRIES = 5
+
+
+def _check_room(keys: list[ApiKey]) -> None:
+    """A new key joins the tenant's list only while it holds fewer than KEYS_MAX."""
+    if len(keys) >= KEYS_MAX:
+        raise InvalidState(f"a tenant keeps at most {KEYS_MAX} keys: revoke one first")
 
 
 def _again_while_changing(attempt: Callable[[], None]) -> None:

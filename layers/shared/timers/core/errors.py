@@ -55,6 +55,13 @@ class RateLimited(DomainError):
     status, code = 429, "rate_limited"
 
 
+class Unavailable(DomainError):
+    """A part the request cannot do without does not answer now (nothing was done): run now's
+    reference clock. Where Redis is only an index or a limiter the api goes on without it."""
+
+    status, code = 503, "unavailable"
+
+
 class ConcurrentUpdate(DomainError):
     """Another writer changed the item between our read and our conditional write."""
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from timers.core.numbers import ascii_int
 from timers.core.timer import fire_due_ms
 from timers.core.times import format_ms
 
@@ -69,8 +70,7 @@ class FailedFire:
 
 def redelivered_at(attributes: Mapping[str, str]) -> int | None:
     """When a message was redelivered (its ``redelivered`` attribute), None if never."""
-    stamp = attributes.get(REDELIVERED, "")
-    return int(stamp) if stamp.isdigit() else None
+    return ascii_int(attributes.get(REDELIVERED, ""))
 
 
 def failed_fire_view(record: FailedFire, name: str | None) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from timers.core.errors import FieldError, InvalidInput, InvalidState, PayloadTooLarge
+from timers.core.numbers import ascii_int
 from timers.core.schedule import (
     AtSchedule,
     Misfire,
@@ -95,8 +96,7 @@ def fire_id(timer_id: str, due_ms: int) -> str:
 
 def fire_due_ms(fire: str) -> int | None:
     """The due time in a fire id (``<timer id>:<due epoch ms>``), None if it has none."""
-    due = fire.rpartition(":")[2]
-    return int(due) if due.isdigit() else None
+    return ascii_int(fire.rpartition(":")[2])
 
 
 def fire_timer_id(fire: str) -> str:

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from timers.core.errors import FieldError
+from timers.core.numbers import ascii_int
 
 URL_MAX_CHARS = 2_048
 HEADERS_MAX = 10
@@ -544,10 +545,9 @@ def retry_wait_s(retry: int, jitter: float, retry_after_s: int | None) -> float:
 
 
 def parse_retry_after(value: str | None) -> int | None:
-    """Retry-After in delay-seconds form (an HTTP date is ignored: the backoff applies)."""
-    if value is None or not value.strip().isdigit():
-        return None
-    return int(value.strip())
+    """Retry-After in delay-seconds form, ASCII digits (an HTTP date, or anything else, is
+    ignored: the backoff applies)."""
+    return None if value is None else ascii_int(value.strip())
 
 
 def gives_up(first_attempt_ms: int, now_ms: int, retry_for_ms: int = RETRY_FOR_MS) -> bool:

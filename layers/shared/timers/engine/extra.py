@@ -15,6 +15,8 @@ the extra fires drop out of the history (their entries stay until their TTL).
 
 An api that dies between the claim and the record leaves the entry pending (lapsed after
 EXTRA_CLAIM_MS): maybe sent, maybe not - the request got no answer, and a retry is a new fire.
+A record refused after the send (its answer lost and retried: the write was made) is read
+back, never answered as an error: the answer says the fire went, so no retry sends another.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from timers.adapters.usage import count_fires
-from timers.core.errors import ConcurrentUpdate
+from timers.core.errors import ConcurrentUpdate, Unavailable, trace_frames
 from timers.core.schedule import first_fire, is_recurring, next_fire
 from timers.core.timer import Timer
 from timers.engine.entries import Entry, EntryRef, entry_ref
@@ -84,9 +86,13 @@ class Extras:
         timer, cursor_pos = load()
         owner = self.new_owner()
         sync = ClockSync(self.clock, self.reference)  # never early: the trigger's clock
-        sync.measure()
+        try:
+            sync.measure()
+        except Exception as exc:  # Redis unreachable: no reference time, no fire (nothing done)
+            log.warning("run now: no reference time", extra={"trace": trace_frames(exc)})
+            raise Unavailable("the service's clock cannot be read now; retry shortly") from None
         if not sync.trusted:
-            raise ConcurrentUpdate("the service's clock cannot be checked now; retry")
+            raise Unavailable("the service's clock cannot be checked now; retry shortly")
         # the position: a time the reference has certainly reached (never early, no wait)
         timer, pos, ref, entry = self._claim(timer, cursor_pos, owner, sync.lower(), load)
         self._list(timer, pos)
@@ -111,7 +117,15 @@ class Extras:
             hook=timer.webhook is not None,
         )
         if not self.log.record(ref[0], owner, {ref[1]: done}):
-            raise ConcurrentUpdate("the extra fire's claim was taken meanwhile")
+            # Sent (or tried) already: never an error a retry would answer with another fire.
+            # Its answer was lost and the retry met its own write, or a change adopted the
+            # claim (merged): what the log holds is ours. Else a takeover sent it too, and
+            # records and counts it: the answer is this request's send.
+            kept = self.log.rewrite(ref[0], ref[1], owner, done)
+            if kept is None:
+                log.warning("run now: its claim was taken over after the send", extra={"pos": pos})
+                return timer, pos, done
+            done = kept
         if self.usage is not None:  # never fails the request: the fire went
             count_fires(self.usage, [(timer.tenant, pos, done.enqueued or pos, done.state, False)])
         return timer, pos, done

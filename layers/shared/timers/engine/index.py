@@ -290,6 +290,8 @@ class BucketIndex:
         answers PeekPending, and what its peek ends with (its buckets, or its error) at the
         next poll."""
         shards = self._shards(buckets)
+        for gone in self._shard_peeks.keys() - shards.keys():  # failed over: serves no bucket
+            del self._shard_peeks[gone]  # (kept, it would leak, or answer stale if it came back)
         if len(shards) <= 1:
             return self._peek(buckets, until)
         out: dict[int, Peek | Exception] = {}

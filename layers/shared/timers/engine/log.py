@@ -315,29 +315,34 @@ class FireLog(LowLevelClient):
 
     def fence_update(self, ref: EntryRef, fence: Entry) -> dict[str, Any]:
         """A TransactWriteItems element fencing an unclaimed position (R5); ConcurrentUpdate if
-        it was claimed since the caller's walk."""
+        it was claimed since the caller's walk. Only a new entry adds to the item's count (a
+        fence over a fence does not: the edits of one timer never fill an item); the
+        transaction fails if the entry is no longer as read."""
         at = self.locate([ref], consistent=True)[ref]
         if at.entry is None and at.count >= self.cap:
             self.seal(at.key)
             at = self.locate([ref], consistent=True)[ref]
         if at.entry is not None and at.entry.state != "t":
             raise ConcurrentUpdate("the timer's next fire was claimed; retry")
+        ttl = {":v0": to_map(fence), ":ttl": {"N": str(self.expires_at(at.key))}}
+        if at.entry is not None:  # fenced again: the entry rewritten in place, nothing to count
+            return _transact(
+                self.table,
+                at.key,
+                f"SET #e0 = :v0, {TTL} = if_not_exists({TTL}, :ttl)",
+                "#e0.#s = :t",
+                {"#e0": ref[1], "#s": "s"},
+                {**ttl, ":t": {"S": "t"}},
+            )
         return _transact(
             self.table,
             at.key,
             f"SET #e0 = :v0, {TTL} = if_not_exists({TTL}, :ttl), "
             "#c = if_not_exists(#c, :zero) + :one",
-            "(attribute_not_exists(#e0) AND attribute_not_exists(#sl) AND "
-            "(attribute_not_exists(#c) OR #c <= :room)) OR #e0.#s = :t",
-            {"#e0": ref[1], "#s": "s", "#sl": SEALED, "#c": COUNT},
-            {
-                ":v0": to_map(fence),
-                ":ttl": {"N": str(self.expires_at(at.key))},
-                ":zero": {"N": "0"},
-                ":one": {"N": "1"},
-                ":room": {"N": str(self.cap - 1)},
-                ":t": {"S": "t"},
-            },
+            "attribute_not_exists(#e0) AND attribute_not_exists(#sl) AND "
+            "(attribute_not_exists(#c) OR #c <= :room)",
+            {"#e0": ref[1], "#sl": SEALED, "#c": COUNT},
+            {**ttl, ":zero": {"N": "0"}, ":one": {"N": "1"}, ":room": {"N": str(self.cap - 1)}},
         )
 
     def adopt_update(self, ref: EntryRef, adopted: Entry, old: Entry) -> dict[str, Any]:
