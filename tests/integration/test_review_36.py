@@ -413,12 +413,26 @@ def test_keys_given_with_one_prefix_have_ids_of_their_own_each_revocable(api: Ap
     ids = key_ids(api)
     assert len(ids) == len(set(ids)) == 3, ids
     first, second = ids[1], ids[2]
-    assert first == one[:10] and second.startswith(two[:10])  # the first keeps its prefix
+    assert first.startswith("key_") and second.startswith("key_")  # short keys: hash pieces
     assert api.call("DELETE", f"/v1/tenant/keys/{second}").status == 204
     assert (works(api, one), works(api, two)) == (True, False)
     assert api.call("DELETE", f"/v1/tenant/keys/{first}").status == 204
     assert (works(api, one), works(api, api.keys["acme"])) == (False, True)
     assert key_ids(api) == [api.keys["acme"][:10]]
+
+
+def test_a_short_keys_id_shows_none_of_the_key(api: Api) -> None:
+    """A key id is shown to every key of the tenant: of an admin-given key of 10 characters
+    it was the whole secret. A key shorter than SHOWN_FROM_CHARS is named by a piece of its
+    hash; a generated key by its first characters."""
+    short = "s3cr3t-k3y"
+    assert api.tenants.add_key("acme", api.clock(), short) == short
+    ids = key_ids(api)
+    assert ids[0] == api.keys["acme"][:10]
+    assert ids[1] == "key_" + hashlib.sha256(short.encode()).hexdigest()[:10]
+    assert not any(short[:4] in key_id for key_id in ids[1:])
+    assert api.call("DELETE", f"/v1/tenant/keys/{ids[1]}").status == 204
+    assert not works(api, short)
 
 
 def test_keys_listed_under_one_id_before_are_shown_apart_and_each_revocable(api: Api) -> None:

@@ -64,7 +64,19 @@ AUTH_CACHE_SIZE = 10_000
 KEYS_MAX = 10
 """API keys a tenant keeps at most."""
 KEY_ID_CHARS = 10
-"""A key's id is its first characters (not a secret), made the tenant's only (_distinct)."""
+"""A key's id is its first characters (not a secret), made the tenant's only (_distinct)..."""
+SHOWN_FROM_CHARS = 32
+"""... if the key is at least this long (a generated one is 46): of a shorter key (an admin's,
+TIMERS_DEMO_API_KEY) the first characters would be much of the secret, so its id is a piece
+of its hash instead."""
+
+
+def key_id_of(api_key: str, digest: str) -> str:
+    """A new key's id: its first characters, or (a short key) ``key_`` and a piece of its
+    hash; never the secret."""
+    if len(api_key) >= SHOWN_FROM_CHARS:
+        return api_key[:KEY_ID_CHARS]
+    return f"key_{digest[:KEY_ID_CHARS]}"
 LABEL_MAX = 128
 LAST_USED_EVERY_MS = 60_000
 """A key's ``last_used_at`` is written when a lookup finds it older than this: a lookup
@@ -311,7 +323,8 @@ class TenantStore:
             tenant = self._get_item(name)
             keys = _keys(tenant.api_keys)
             _check_room(keys)
-            new = ApiKey(api_key[:KEY_ID_CHARS], _hash(api_key), now_ms, label)
+            digest = _hash(api_key)
+            new = ApiKey(key_id_of(api_key, digest), digest, now_ms, label)
             listed = _distinct([*keys, new])  # its id: the tenant's only
             item = self.models.api_key(
                 f"KEY#{new.digest}", tenant=name, key_id=listed[-1].key_id, created_ms=now_ms,
@@ -442,7 +455,7 @@ class TenantStore:
                 self._transact_keys(tenant, [*keys, old], existing=held)
                 return
             _check_room(keys)
-            listed = _distinct([*keys, ApiKey(api_key[:KEY_ID_CHARS], digest, now_ms)])
+            listed = _distinct([*keys, ApiKey(key_id_of(api_key, digest), digest, now_ms)])
             item = self.models.api_key(f"KEY#{digest}", tenant=name, key_id=listed[-1].key_id,
                                        created_ms=now_ms)  # fmt: skip
             self._transact_keys(tenant, listed, save=item)
