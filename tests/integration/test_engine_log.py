@@ -82,3 +82,21 @@ def test_an_entry_round_trips_every_field() -> None:
     entry = Entry("f", 3, n=7, pv=1, owner="o", until=2, enqueued=3, reason="x", fired=4,
                   next=5, end=True, hook=True)  # fmt: skip
     assert to_entry(to_map(entry)) == entry
+
+
+def test_a_take_over_of_many_entries_is_one_write_all_or_none(log: FireLog) -> None:
+    """Lapsed claims of one item taken over together (a dead run's lease): one conditional
+    write replaces each exactly as read - or, if one moved on meanwhile, none."""
+    names = [f"tmr_{i}@1000" for i in range(3)]
+    dead = {name: pending("run-dead", until=5) for name in names}
+    assert log.claim(KEY, dead)
+    mine = {name: pending("run-2", until=50_000) for name in names}
+    raced = {**{n: (mine[n], dead[n]) for n in names[:2]}, names[2]: (mine[names[2]], pending())}
+    assert not log.take_over_many(KEY, raced)  # the third was not as read: nothing changes
+    assert log.read([(KEY, n) for n in names], consistent=True) == {
+        (KEY, n): dead[n] for n in names
+    }
+    assert log.take_over_many(KEY, {n: (mine[n], dead[n]) for n in names})
+    assert log.read([(KEY, n) for n in names], consistent=True) == {
+        (KEY, n): mine[n] for n in names
+    }

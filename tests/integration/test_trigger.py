@@ -28,6 +28,7 @@ import itertools
 import json
 import math
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import botocore.client
 import pytest
 import redis
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
@@ -61,6 +63,7 @@ from timers.engine.trigger import (
     LEASE_GRACE_MS,
     MAX_CLOCK_OFFSET_MS,
     SEND_GUARD_MS,
+    Pace,
     RunMarker,
     TriggerDeps,
     TriggerReport,
@@ -164,6 +167,11 @@ class Rig:
             ]
         finally:
             drain_usage()  # a killed run's usage writes too: what the test reads next is whole
+
+    def due_buckets(self) -> list[int]:
+        """The buckets with something leasable now, as the fan-out would start them."""
+        peeks = self.index.peek(range(self.index.bucket_count), self.clock() + ARM_MS)
+        return sorted(b for b, p in peeks.items() if not isinstance(p, Exception) and p.backlog)
 
     def run_until_idle(self, **overrides: Any) -> list[TriggerReport]:
         reports: list[TriggerReport] = []
@@ -546,11 +554,12 @@ class FlakyLog(FireLog):
             raise ReadTimeoutError(endpoint_url="http://dynamodb")
         return result
 
-    def claim(self, key: str, entries: Any) -> bool:
-        return self._flaky("claim", lambda: super(FlakyLog, self).claim(key, entries))
+    def claim(self, key: str, entries: Any, seen: Any = None) -> bool:
+        return self._flaky("claim", lambda: super(FlakyLog, self).claim(key, entries, seen))
 
-    def record(self, key: str, owner: str, entries: Any) -> bool:
-        return self._flaky("record", lambda: super(FlakyLog, self).record(key, owner, entries))
+    def record(self, key: str, owner: str, entries: Any, release: bool = False) -> bool:
+        write = super().record
+        return self._flaky("record", lambda: write(key, owner, entries, release))
 
 
 @pytest.mark.parametrize("how", ["lost", "applied"])
@@ -610,10 +619,10 @@ def test_what_a_run_will_not_send_it_hands_back_at_once(rig: Rig) -> None:
     pos = T0 + 10_000
     stopped: list[str] = []
 
-    def hook(step: str) -> None:  # after the claim, the clock jumps to near the deadline
-        if step == "claimed" and not stopped:
+    def hook(step: str) -> None:  # after the claim, the clock jumps to near the deadline:
+        if step == "claimed" and not stopped:  # time to release, none to send
             stopped.append(step)
-            rig.clock.advance(REMAINING_MS - 5_000)
+            rig.clock.advance(REMAINING_MS - 6_000)
 
     (report,) = rig.run(hooks=hook)
     assert (report.enqueued, report.handed_back, rig.sqs.sent) == (0, 1, [])
@@ -745,8 +754,8 @@ def test_a_fire_claimed_before_a_change_is_sent_and_counted_whatever_its_run_doe
             "pause": lambda: rig.api.call("POST", f"{path}/pause"),
         }[change_how]()
         assert reply.status == 200, reply.body
-        if then == "hands_back":  # a slow call: too little time left to send
-            rig.clock.advance(REMAINING_MS - 5_000)
+        if then == "hands_back":  # a slow call: too little time left to send, enough to give
+            rig.clock.advance(REMAINING_MS - 10_000)  # it back (a read and a write: adopted)
         else:
             raise Kill(step)
 
@@ -1359,8 +1368,8 @@ def test_claims_go_below_the_full_items_a_run_has_seen(rig: Rig) -> None:
     refused: list[str] = []
     claim = rig.log.claim
 
-    def watched(key: str, entries: Any) -> bool:
-        ok = claim(key, entries)
+    def watched(key: str, entries: Any, seen: Any = None) -> bool:
+        ok = claim(key, entries, seen)
         refused.extend([] if ok else [key])
         return ok
 
@@ -1552,3 +1561,56 @@ def test_every_enqueued_fire_counts_in_one_accuracy_level(rig: Rig) -> None:
     assert used["lag"] == {"ontime": 0, "1-200ms": 4, "200-600ms": 3, "600-1000ms": 1,
                            "1000-2000ms": 2, "over_2000ms": 2}  # fmt: skip
     assert sum(used["lag"].values()) == used["fires"]["enqueued"]
+
+
+# ---------------------------------------------------------------- within the timeout
+
+
+@contextlib.contextmanager
+def slow_aws(rig: Rig, ms: int) -> Iterator[None]:
+    """Every DynamoDB call takes ``ms`` of the rig's clock (the trigger's time); calls made at
+    once (the claims of a lease's items, in parallel) overlap: each ends ``ms`` after it began."""
+    original = botocore.client.BaseClient._make_api_call
+    lock = threading.Lock()
+
+    def slow(client: Any, operation: str, params: dict[str, Any]) -> Any:
+        began = rig.clock()
+        try:
+            return original(client, operation, params)
+        finally:
+            time.sleep(0.02)  # calls made at once overlap on the wall clock too, so here
+            with lock:
+                rig.clock.now = max(rig.clock.now, began + ms)
+
+    botocore.client.BaseClient._make_api_call = slow  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        botocore.client.BaseClient._make_api_call = original  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("call_ms", [300, 1_200, 2_900])
+def test_a_run_ends_before_its_timeout_however_slow_each_call_is(rig: Rig, call_ms: int) -> None:
+    """Lambda kills a run at its timeout, mid-call (issue 36: 38 runs killed in a hot second).
+    However slow DynamoDB and SQS answer - each call within its client's timeout - a run hands
+    back what it will not finish and returns before REMAINING_MS; runs after it fire each timer
+    once, never early."""
+    created = create_many(rig, "acme", 400, [T0 + 1_000])
+    rig.sqs.real = SinkSqs()
+    rig.sqs.delay_ms = call_ms
+    rig.clock.now = T0 + 1_000
+    pace = Pace()  # one sandbox's runs, one after another
+    with slow_aws(rig, call_ms):
+        for _ in range(60):
+            if not (buckets := rig.due_buckets()):
+                break
+            for bucket in buckets:
+                started = rig.clock()
+                run_trigger(rig.deps(pace=pace), bucket, REMAINING_MS)
+                assert rig.clock() - started < REMAINING_MS, (
+                    f"killed at its timeout ({call_ms} ms calls)"
+                )
+            drain_usage()
+            rig.clock.advance(LAPSE_MS)  # what a run gave back or left is due again
+    assert rig.per_fire() == Counter({f"{t['id']}:{T0 + 1_000}": 1 for t in created})
+    assert all(s.at >= s.scheduled for s in rig.sqs.sent)

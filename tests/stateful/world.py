@@ -272,7 +272,7 @@ def spy_on_claims(
     """Record when each fire id was first claimed (a fresh claim: over nothing, or a fence),
     and in ``last`` the timer of the latest one."""
     lock = threading.Lock()
-    claim, take_over = claims.claim, claims.take_over
+    claim, take_over, take_over_many = claims.claim, claims.take_over, claims.take_over_many
 
     def note(key: str, name: str, entry: Entry) -> None:
         if entry.state != "p":
@@ -290,9 +290,9 @@ def spy_on_claims(
             if stored is not None and stored == entries[name]:
                 note(key, name, stored)
 
-    def spied_claim(key: str, entries: Any) -> bool:
+    def spied_claim(key: str, entries: Any, seen: Any = None) -> bool:
         try:
-            ok = claim(key, entries)
+            ok = claim(key, entries, seen)
         except BaseException:
             applied(key, entries, entries)
             raise
@@ -312,8 +312,22 @@ def spy_on_claims(
             note(key, name, entry)
         return ok
 
+    def spied_take_over_many(key: str, entries: Any) -> bool:
+        try:
+            ok = take_over_many(key, entries)
+        except BaseException:
+            fresh = {n: e for n, (e, old) in entries.items() if old.state == "t"}
+            applied(key, fresh, fresh)
+            raise
+        if ok:
+            for name, (entry, old) in entries.items():
+                if old.state == "t":
+                    note(key, name, entry)
+        return ok
+
     claims.claim = spied_claim  # type: ignore[method-assign]
     claims.take_over = spied_take_over  # type: ignore[method-assign]
+    claims.take_over_many = spied_take_over_many  # type: ignore[method-assign]
 
 
 LEASE_LIMIT = 10

@@ -77,6 +77,8 @@ def key_id_of(api_key: str, digest: str) -> str:
     if len(api_key) >= SHOWN_FROM_CHARS:
         return api_key[:KEY_ID_CHARS]
     return f"key_{digest[:KEY_ID_CHARS]}"
+
+
 LABEL_MAX = 128
 LAST_USED_EVERY_MS = 60_000
 """A key's ``last_used_at`` is written when a lookup finds it older than this: a lookup

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from botocore.exceptions import ClientError
 
@@ -147,17 +147,25 @@ class FireLog(LowLevelClient):
         return key
 
     def locate(
-        self, refs: Iterable[EntryRef], consistent: bool = False, learn: bool = False
+        self,
+        refs: Iterable[EntryRef],
+        consistent: bool = False,
+        learn: bool = False,
+        seen: Mapping[str, dict[str, Any]] | None = None,
     ) -> dict[EntryRef, Located]:
         """Each entry's home, from the root of its path down through sealed items that lack
-        it; ``learn`` remembers the names of the sealed items passed."""
+        it; ``learn`` remembers the names of the sealed items passed; ``seen``: items just
+        read (a failed claim's), not read again."""
         looking = {ref: ref[0] for ref in refs}
         found: dict[EntryRef, Located] = {}
         passed: set[str] = set()
+        seen = seen or {}
         for _ in range(MAX_DEPTH + 1):
             if not looking:
                 break
-            items = self._items(set(looking.values()), consistent)
+            keys = set(looking.values())
+            known = {k: seen[k] for k in keys & set(seen)}
+            items = known | self._items(keys - set(known), consistent)
             deeper: dict[EntryRef, str] = {}
             for ref, key in looking.items():
                 item = items.get(key, {})
@@ -217,10 +225,14 @@ class FireLog(LowLevelClient):
 
     # ---------------------------------------------------------------- the trigger's writes
 
-    def claim(self, key: str, entries: Mapping[str, Entry]) -> bool:
+    def claim(
+        self, key: str, entries: Mapping[str, Entry], seen: dict[str, Any] | None = None
+    ) -> bool:
         """Write every entry at once if none exists in ``key`` and the unsealed item has room.
-        False: one exists, or no room (the caller locates them, sealing a full item)."""
-        return self._write(key, *self._claim_parts(key, entries))
+        False: one exists, or no room (the caller locates them, sealing a full item); then the
+        item as it stood is put in ``seen`` (DynamoDB returns it with the refusal: one read
+        less for the caller)."""
+        return self._write(key, *self._claim_parts(key, entries), seen=seen)
 
     def claim_update(self, key: str, entries: Mapping[str, Entry]) -> dict[str, Any]:
         """:meth:`claim` as a TransactWriteItems element (a claim ordered with a condition on
@@ -266,19 +278,30 @@ class FireLog(LowLevelClient):
     def take_over(self, key: str, name: str, entry: Entry, old: Entry) -> bool:
         """Replace a fence of an older revision (a fresh claim) or a lapsed claim (a takeover,
         keeping its decision) by ``entry``, only if it is still exactly as read."""
-        condition, names, values = _exactly(old)
-        return self._write(
-            key,
-            "SET #e0 = :v0",
-            condition,
-            {"#e0": name, **names},
-            {**values, ":v0": to_map(entry)},
-        )
+        return self.take_over_many(key, {name: (entry, old)})
 
-    def record(self, key: str, owner: str, entries: Mapping[str, Entry]) -> bool:
-        """Replace ``owner``'s claims by their outcomes (or, to give them back, by lapsed
-        claims), only while each is ``owner``'s at the revision given (a change may have
-        adopted it: :meth:`rewrite` merges)."""
+    def take_over_many(self, key: str, entries: Mapping[str, tuple[Entry, Entry]]) -> bool:
+        """:meth:`take_over` for several entries of one item in one write: all of them, only
+        if each is still exactly as read (else none)."""
+        sets: list[str] = []
+        conditions: list[str] = []
+        names: dict[str, str] = {}
+        values: dict[str, Any] = {}
+        for i, (name, (entry, old)) in enumerate(entries.items()):
+            condition, old_names, old_values = _exactly(old, i)
+            sets.append(f"#e{i} = :v{i}")
+            conditions.append(condition)
+            names |= {f"#e{i}": name, **old_names}
+            values |= {**old_values, f":v{i}": to_map(entry)}
+        return self._write(key, "SET " + ", ".join(sets), " AND ".join(conditions), names, values)
+
+    def record(
+        self, key: str, owner: str, entries: Mapping[str, Entry], release: bool = False
+    ) -> bool:
+        """Replace ``owner``'s claims by their outcomes (or, ``release``, to give them back, by
+        lapsed claims: on the claims' client, whose calls end sooner - a release that fails
+        only lets them lapse), only while each is ``owner``'s at the revision given (a change
+        may have adopted it: :meth:`rewrite` merges)."""
         names = {f"#e{i}": name for i, name in enumerate(entries)}
         return self._write(
             key,
@@ -293,10 +316,12 @@ class FireLog(LowLevelClient):
                 **{f":v{i}": to_map(e) for i, e in enumerate(entries.values())},
                 **{f":r{i}": {"N": str(e.rev)} for i, e in enumerate(entries.values())},
             },
-            client=self._record_client,
+            client=self.client if release else self._record_client,
         )
 
-    def rewrite(self, key: str, name: str, owner: str, mine: Entry, tries: int = 3) -> Entry | None:
+    def rewrite(
+        self, key: str, name: str, owner: str, mine: Entry, tries: int = 3, release: bool = False
+    ) -> Entry | None:
         """One entry recorded like :meth:`record`, the revision and successor of a change's
         adoption winning over ours. None if it is no longer ``owner``'s (taken over); the
         stored entry if it already is ours (a retry of a record whose answer was lost)."""
@@ -307,7 +332,7 @@ class FireLog(LowLevelClient):
             if stored is None or stored.state != "p" or stored.owner != owner:
                 return None
             merged = replace(mine, rev=stored.rev, next=stored.next, end=stored.end)
-            if self.record(key, owner, {name: merged}):
+            if self.record(key, owner, {name: merged}, release):
                 return merged
         return None
 
@@ -371,7 +396,9 @@ class FireLog(LowLevelClient):
         names: Mapping[str, str],
         values: Mapping[str, Any],
         client: Any = None,
+        seen: dict[str, Any] | None = None,
     ) -> bool:
+        old = {"ReturnValuesOnConditionCheckFailure": "ALL_OLD"} if seen is not None else {}
         try:
             (client or self.client).update_item(
                 TableName=self.table,
@@ -380,24 +407,29 @@ class FireLog(LowLevelClient):
                 ConditionExpression=condition,
                 ExpressionAttributeNames=dict(names),
                 ExpressionAttributeValues=dict(values),
+                **old,
             )
         except ClientError as exc:
             if condition_failed(exc):
+                item = cast(dict[str, Any], exc.response).get("Item")
+                if seen is not None and item is not None:
+                    seen[key] = item
                 return False
             raise
         return True
 
 
-def _exactly(old: Entry) -> tuple[str, dict[str, str], dict[str, Any]]:
-    """The condition that entry ``#e0`` is still ``old``: a fence of its revision, or a
+def _exactly(old: Entry, i: int = 0) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """The condition that entry ``#e<i>`` is still ``old``: a fence of its revision, or a
     pending claim of its owner, validity and revision."""
-    values = {":os": {"S": old.state}, ":orev": {"N": str(old.rev)}}
+    values = {f":os{i}": {"S": old.state}, f":orev{i}": {"N": str(old.rev)}}
+    names = {"#s": "s", "#r": "r"}
     if old.state == "t":
-        return "#e0.#s = :os AND #e0.#r = :orev", {"#s": "s", "#r": "r"}, values
+        return f"#e{i}.#s = :os{i} AND #e{i}.#r = :orev{i}", names, values
     return (
-        "#e0.#s = :os AND #e0.#o = :oo AND #e0.#u = :ou AND #e0.#r = :orev",
-        {"#s": "s", "#o": "o", "#u": "u", "#r": "r"},
-        {**values, ":oo": {"S": old.owner or ""}, ":ou": {"N": str(old.until or 0)}},
+        f"#e{i}.#s = :os{i} AND #e{i}.#o = :oo{i} AND #e{i}.#u = :ou{i} AND #e{i}.#r = :orev{i}",
+        {**names, "#o": "o", "#u": "u"},
+        {**values, f":oo{i}": {"S": old.owner or ""}, f":ou{i}": {"N": str(old.until or 0)}},
     )
 
 

@@ -29,9 +29,10 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
+from pynamodb.exceptions import PynamoDBException
 
 from timers.adapters.timers_table import TimerStore
 from timers.adapters.usage import FINISHED, count_fires
@@ -71,16 +72,70 @@ REDIS_CALL_MS = 1_000  # worst case of one Redis call (the client's socket timeo
 DYNAMO_CALL_MS = 3_500  # of one claim or read: 0.5 s connect + 3 s read
 RECORD_CALL_MS = 8_500  # of one record attempt: 0.5 s connect + 8 s read
 SQS_CALL_MS = 9_000  # of one SendMessageBatch attempt: 1 s connect + 8 s read
-SEND_RESERVE_MS = SQS_CALL_MS + RECORD_CALL_MS + 2 * REDIS_CALL_MS  # a send, its record, settle
+TAIL_MS = REDIS_CALL_MS + 500  # the handler after a run: a Redis write, its log line and metrics
+SEND_RESERVE_MS = SQS_CALL_MS + RECORD_CALL_MS + 2 * REDIS_CALL_MS + TAIL_MS
+"""A send starts only with this left: the send, its record, the settle, clearing the marker
+and the handler's tail. Every other call starts only if it ends before the tail (_affords):
+a run ends before its function's timeout however slow each call is."""
 STOP_LEASING_MS = 15_000  # a run takes no new work after this: the fan-out re-spreads a backlog
 LEASE_GRACE_MS = LAPSE_MARGIN_MS + 1_000  # a lease ends only after the run's claims lapsed
 CLAIM_ATTEMPTS = 3  # tries of one claim write before its cards are given back
 CLAIM_RETRY_MS = 1_000  # a chunk whose claims kept failing is leasable again this much later
 HAND_BACK_RETRY_MS = 500  # a hand-back Redis refused is tried again while the run has time
 ITEM_WORKERS = 8  # fire-log items claimed in parallel (one item's chunks go in turn)
+TAKE_CHUNK = 25  # entries one take-over write replaces (its condition names each one)
+CHECKPOINT_CALL_MS = 2 * DYNAMO_CALL_MS  # a checkpoint's move: its listing, then the timer
+
+
+class OutOfTime(Exception):
+    """A call the run's deadline leaves no room for: not started."""
+
 
 Hook = Literal["leased", "claimed", "sent", "recorded", "checkpointed", "finished"]
 HOOKS: tuple[Hook, ...] = ("leased", "claimed", "sent", "recorded", "checkpointed", "finished")
+
+
+@dataclass
+class Pace:
+    """How long a sandbox's calls take (a decaying peak, like the fan-out's cold starts), to
+    size its runs' leases: no more cards than a run can claim and send in the time its sends
+    may still start in - a slow DynamoDB or SQS makes runs lease less, never claim what they
+    must hand back."""
+
+    claim_ms: int = 0  # a lease's claims (parallel per item)
+    batch_ms: int = 0  # one SendMessageBatch (a lane's batches go in turn)
+
+    def claimed(self, ms: int) -> None:
+        self.claim_ms = _peak(self.claim_ms, ms)
+
+    def sent(self, ms: int) -> None:
+        self.batch_ms = _peak(self.batch_ms, ms)
+
+    def lease_size(self, window_ms: int, limit: int) -> int:
+        """Cards to lease with ``window_ms`` left for sends to start: all ``limit`` while the
+        calls are fast; else the batches of 10 one lane sends in the window, after a claim."""
+        if self.batch_ms * (limit // 10) + self.claim_ms <= window_ms:
+            return limit
+        batches = (window_ms - self.claim_ms) // max(1, self.batch_ms) + 1
+        return max(1, min(limit, 10 * batches))
+
+
+def _peak(previous: int, sample: int) -> int:
+    return max(sample, (3 * previous + sample) // 4)
+
+
+class Timed:
+    """The SQS client, each SendMessageBatch timed into the run's pace."""
+
+    def __init__(self, sqs: SqsPort, now: Callable[[], int], pace: Pace) -> None:
+        self.sqs, self.now, self.pace = sqs, now, pace
+
+    def send_message_batch(self, *, QueueUrl: str, Entries: Sequence[Any]) -> Any:
+        began = self.now()
+        try:
+            return self.sqs.send_message_batch(QueueUrl=QueueUrl, Entries=Entries)
+        finally:
+            self.pace.sent(self.now() - began)
 
 
 @dataclass
@@ -101,6 +156,7 @@ class TriggerDeps:
     delivery_queue_url: str = ""  # HTTP targets' fires go here (the delivery function)
     monotonic: Callable[[], int] | None = None  # elapsed time, ms (default: ``clock``)
     usage: UsagePort | None = None  # the tenants' usage counters (None: not counted)
+    pace: Pace = field(default_factory=Pace)  # the sandbox's: kept across its runs
 
 
 class UsagePort(Protocol):
@@ -222,6 +278,37 @@ class Job:
     def send_at(self) -> int:
         return max(self.card.pos, self.fire_ms)
 
+    @property
+    def done(self) -> Entry:
+        """The entry, once the job has one (claimed, found, or recorded)."""
+        assert self.entry is not None
+        return self.entry
+
+
+class Onward(NamedTuple):
+    """A finished job's way on: its chain's owner (None: it stops), successor, whether that is
+    held in Redis, and so whether the checkpoint must move first."""
+
+    job: Job
+    timer: Timer | None
+    following: int | None
+    chained: bool
+
+    @property
+    def needs_checkpoint(self) -> bool:
+        t = self.timer
+        return bool(
+            t and is_recurring(t.schedule) and needs_checkpoint(self.job.done, self.chained)
+        )
+
+
+class Take(NamedTuple):
+    """An entry to take over: a fence of an older revision, or a lapsed claim."""
+
+    job: Job
+    mine: Entry
+    old: Entry
+
 
 @dataclass
 class Claimed:
@@ -293,14 +380,17 @@ class Claimer:
         tried again with the same owner (one applied despite the error is then ours)."""
         entries = {job.name: self._mine(job) for job in jobs}
         for attempt in range(CLAIM_ATTEMPTS):
+            if not self.may_write():  # no time for it: the cards go back as they were
+                return Claimed(held={j.card: j.card.pos for j in jobs}, given_back=len(jobs))
+            seen: dict[str, Any] = {}  # the item as it stood, if the claim is refused
             try:
-                if self.log.claim(key, entries):
+                if self.log.claim(key, entries, seen):
                     for job in jobs:
                         job.entry, job.home = entries[job.name], key
                     return Claimed(ours=list(jobs))
-                return self._sort_out(jobs, depth)
+                return self._sort_out(jobs, depth, seen)
             except (BotoCoreError, ClientError):
-                if attempt + 1 < CLAIM_ATTEMPTS and self.may_write():
+                if attempt + 1 < CLAIM_ATTEMPTS:
                     log.warning("claim failed; retrying", exc_info=True)
                     continue
                 log.warning("claim failed; cards given back", exc_info=True)
@@ -312,11 +402,19 @@ class Claimer:
         c = job.card
         return entry_for(job.decided, c.timer.rev, c.pos, c.pv, self.owner, self.until)
 
-    def _sort_out(self, jobs: Sequence[Job], depth: int = 0) -> Claimed:
+    def _sort_out(
+        self, jobs: Sequence[Job], depth: int = 0, seen: dict[str, Any] | None = None
+    ) -> Claimed:
+        """Locate each entry (one consistent read, less what a refused claim returned) and
+        decide: claim, take over (one write per item), wait, or drop."""
         out = Claimed()
-        found = self.log.locate([job.root for job in jobs], consistent=True, learn=True)
+        if not self.may_write():  # no time to look: back as they were
+            return Claimed(held={j.card: j.card.pos for j in jobs}, given_back=len(jobs))
+        roots = [job.root for job in jobs]
+        found = self.log.locate(roots, consistent=True, learn=True, seen=seen)
         now = self.now()
         to_claim: dict[str, list[Job]] = defaultdict(list)
+        to_take: dict[str, list[Take]] = defaultdict(list)
         counts: dict[str, int] = {}
         for job in jobs:
             at = found[job.root]
@@ -331,13 +429,11 @@ class Claimer:
                 counts[at.key] = at.count
             elif action == "claim":  # over a fence of an older revision
                 assert at.entry is not None
-                self._take(job, self._mine(job), at.entry, out)
+                to_take[at.key].append(Take(job, self._mine(job), at.entry))
             elif action == "take_over":  # the claimant is gone; its decision stands
                 assert at.entry is not None
-                if self._take(
-                    job, replace(at.entry, owner=self.owner, until=self.until), at.entry, out
-                ):
-                    out.taken_over += 1
+                mine = replace(at.entry, owner=self.owner, until=self.until)
+                to_take[at.key].append(Take(job, mine, at.entry))
             elif action in ("ours", "done"):
                 job.entry = at.entry
                 out.ours.append(job)
@@ -347,10 +443,15 @@ class Claimer:
                 out.held[job.card] = max((at.entry.until or 0) + LAPSE_MARGIN_MS, now + 1)
             else:
                 out.stale.append(job.card)
+        for key, takes in to_take.items():
+            for start in range(0, len(takes), TAKE_CHUNK):
+                self._take(key, takes[start : start + TAKE_CHUNK], out)
         for key, group in to_claim.items():
-            if depth > MAX_DEPTH + 1:  # cannot happen while seals only go down; never loop
+            full = counts[key] + len(group) > self.log.cap
+            # depth: cannot happen while seals only go down; never loop. A seal takes time too.
+            if depth > MAX_DEPTH + 1 or (full and not self.may_write()):
                 out.held.update({j.card: j.card.pos for j in group})
-            elif counts[key] + len(group) > self.log.cap:
+            elif full:
                 self.log.seal(key)  # no room: its positions' homes are below it from now on
                 out.add(self._sort_out(group, depth + 1))
             else:
@@ -358,14 +459,25 @@ class Claimer:
                     out.add(self._claim_chunk(key, list(chunk.values()), depth + 1))
         return out
 
-    def _take(self, job: Job, entry: Entry, old: Entry, out: Claimed) -> bool:
-        assert job.home is not None
-        if self.log.take_over(job.home, job.name, entry, old):
-            job.entry = entry
-            out.ours.append(job)
-            return True
-        out.held[job.card] = job.card.pos  # raced: look again at once
-        return False
+    def _take(self, key: str, takes: Sequence[Take], out: Claimed) -> None:
+        """Take the entries over in one write, all as read; if one changed meanwhile, each on
+        its own (a raced one goes back, to be looked at again at once)."""
+        if not self.may_write():
+            out.held.update({t.job.card: t.job.card.pos for t in takes})
+            return
+        if len(takes) > 1 and not self.log.take_over_many(
+            key, {t.job.name: (t.mine, t.old) for t in takes}
+        ):
+            for take in takes:
+                self._take(key, [take], out)
+            return
+        if len(takes) == 1 and not self.log.take_over(key, takes[0].job.name, *takes[0][1:]):
+            out.held[takes[0].job.card] = takes[0].job.card.pos
+            return
+        for take in takes:
+            take.job.entry = take.mine
+            out.ours.append(take.job)
+            out.taken_over += take.old.state == "p"
 
 
 # ---------------------------------------------------------------- a run
@@ -410,8 +522,9 @@ class Run:
         self.pending: list[Job] = []  # claimed, waiting for their send instant
         self.next_due: int | None = None  # when the bucket next has something to lease
         self.held: dict[str, Card] = {}  # leased and not yet settled, by member
+        self.pace = deps.pace  # how long calls take: leases are sized to the time left
         self.sender = Sender(
-            deps.sqs,
+            Timed(deps.sqs, self.sync.now, self.pace),
             self.sync.now,
             deps.sleep,
             self._may_send,
@@ -498,6 +611,10 @@ class Run:
     def _left(self) -> int:
         return self.end - self.sync.now()
 
+    def _affords(self, call_ms: int) -> bool:
+        """Whether a call of this worst case ends before the handler's tail must start."""
+        return self._left() - TAIL_MS >= call_ms
+
     def _may_lease(self, now: int) -> bool:
         work = REDIS_CALL_MS + DYNAMO_CALL_MS + SEND_RESERVE_MS
         return now - self.started < STOP_LEASING_MS and self._left() > work
@@ -526,9 +643,8 @@ class Run:
             self.report.refused += 1
             return None
         now = self.sync.now()
-        leased = self.deps.index.lease(
-            self.bucket, now + ARM_MS, self.end + LEASE_GRACE_MS, self.deps.lease_limit
-        )
+        limit = self.pace.lease_size(self._left() - SEND_RESERVE_MS, self.deps.lease_limit)
+        leased = self.deps.index.lease(self.bucket, now + ARM_MS, self.end + LEASE_GRACE_MS, limit)
         self.report.leases += 1
         self.report.leased += len(leased.cards)
         self.held.update((c.member, c) for c in leased.cards)
@@ -537,7 +653,9 @@ class Run:
         if not self._may_claim():
             return leased.next_due  # the hand-back gives the leases back
         claimer = Claimer(self.deps.log, self.owner, self.end, self.sync.now, self._may_claim)
+        began = self.sync.now()
         claimed = claimer.claim(jobs)
+        self.pace.claimed(self.sync.now() - began)
         self.report.taken_over += claimed.taken_over
         self.report.already_fired += claimed.already_fired
         self.report.handed_back += claimed.given_back
@@ -569,6 +687,10 @@ class Run:
         Redis update failed) expires with its fire-log item."""
         now = self.sync.now()
         old = {c.member for c in cards if c.pos < now - self.deps.retention_ms // 2}
+        if old and not self._affords(DYNAMO_CALL_MS):  # no time to read them: back as they are
+            self._release({c: c.pos for c in cards if c.member in old})
+            cards = [c for c in cards if c.member not in old]
+            old = set()
         keys = [(c.timer.tenant, c.timer.id) for c in cards if c.member in old]
         found = self.deps.timers.get_many(keys) if keys else {}
         jobs, gone = [], []
@@ -665,83 +787,139 @@ class Run:
 
     def _counted(self) -> None:
         """Wait for this run's usage writes while its invocation has time left."""
-        wait(self.counting, timeout=max(0, self._left() - REDIS_CALL_MS) / 1000)
+        wait(self.counting, timeout=max(0, self._left() - TAIL_MS) / 1000)
 
     def _write_back(
-        self, outcomes: Mapping[str, Mapping[str, Entry]], jobs: Mapping[EntryRef, Job]
+        self,
+        outcomes: Mapping[str, Mapping[str, Entry]],
+        jobs: Mapping[EntryRef, Job],
+        release: bool = False,
     ) -> list[Job]:
-        """Write our entries (outcomes, or released claims) a chunk per write, retried while the
-        deadline allows; a chunk that fails its condition (a change adopted an entry) is
-        written entry by entry, merging the adoption."""
+        """Write our entries (outcomes, or released claims): items in parallel (one record's
+        worst case for all, as a send reserved), an item's chunks in turn, each retried while
+        the deadline allows; a chunk that fails its condition (a change adopted an entry) is
+        written entry by entry, merging the adoption. What finds no time stays pending: its
+        claim lapses, and a takeover sends it again (for a sent fire: the duplicate window)."""
+        items = list(outcomes.items())
+        if not items:
+            return []
+        with ThreadPoolExecutor(max(1, min(ITEM_WORKERS, len(items)))) as pool:
+            written = list(pool.map(lambda i: self._write_item(i[0], i[1], release), items))
         done: list[Job] = []
-        for key, entries in outcomes.items():
-            for chunk in chunks(entries):
-                if self._retried(self.deps.log.record, key, self.owner, chunk):
-                    written = chunk
-                else:
-                    written = {}
-                    for name, mine in chunk.items():
-                        merged = self._retried(self.deps.log.rewrite, key, name, self.owner, mine)
-                        if merged is None:
-                            self.report.unrecorded += mine.state != "p"  # taken over: re-sent
-                        else:
-                            written[name] = merged
-                for name, entry in written.items():
-                    job = jobs[(key, name)]
-                    job.entry = entry
-                    done.append(job)
+        for (key, _), entries in zip(items, written, strict=True):
+            for name, entry in entries.items():
+                job = jobs[(key, name)]
+                job.entry = entry
+                done.append(job)
         return done
 
-    def _retried(self, write: Callable[..., T], *args: Any) -> T:
+    def _write_item(
+        self, key: str, entries: Mapping[str, Entry], release: bool
+    ) -> dict[str, Entry]:
+        written: dict[str, Entry] = {}
+        fire_log = self.deps.log
+        budget = DYNAMO_CALL_MS if release else RECORD_CALL_MS
+        try:
+            for chunk in chunks(entries):
+                if self._retried(budget, fire_log.record, key, self.owner, chunk, release):
+                    written.update(chunk)
+                    continue
+                for name, mine in chunk.items():  # a change adopted one: merged one by one
+                    rewrite = (fire_log.rewrite, key, name, self.owner, mine, 1, release)
+                    merged = self._retried(DYNAMO_CALL_MS + budget, *rewrite)
+                    if merged is not None:
+                        written[name] = merged
+                    elif mine.state != "p":
+                        self.report.unrecorded += 1  # taken over: sent again
+        except OutOfTime:
+            unwritten = [e for name, e in entries.items() if name not in written]
+            self.report.unrecorded += sum(e.state != "p" for e in unwritten)  # sent again
+            log.warning("out of time for records", extra={"unwritten": len(unwritten)})
+        return written
+
+    def _retried(self, budget: int, write: Callable[..., T], *args: Any) -> T:
+        """A record write, tried while each try (its worst case ``budget``) fits."""
         while True:
+            if not self._affords(budget):
+                raise OutOfTime("no time left for a record")
             try:
                 return write(*args)
             except (BotoCoreError, ClientError):
-                if self._left() <= RECORD_CALL_MS + 2 * REDIS_CALL_MS:
-                    self.report.unrecorded += 1  # re-sent once its claim lapses
-                    raise
                 log.warning("record failed; retrying", exc_info=True)
 
     def _finish(self, jobs: Sequence[Job]) -> None:
-        """Move checkpoints where needed, then settle each card: chained to its successor if
-        due within the hold, else dropped. A position chains only under the revision that owns
-        its entry, while that revision is the timer's and the timer is active."""
+        """Move checkpoints where needed (in parallel, each only if it fits the deadline), then
+        settle each card: chained to its successor if due within the hold, else dropped. A
+        position chains only under the revision that owns its entry, while that revision is the
+        timer's and the timer is active. A card whose owner or checkpoint finds no time goes
+        back as it is: the next run finds its fire recorded and only chains it."""
         if not jobs:
             return
         now = self.sync.now()
+        nexts: list[Onward] = []
+        unfinished: dict[Card, int] = {}
+        for job in jobs:
+            if not self._owner_known(job):
+                unfinished[job.card] = job.card.pos
+                continue
+            timer = self._owner_of(job)
+            following = None if timer is None else successor(job.done, job.card.pos, timer.plan)
+            chained = following is not None and following <= now + self._hold_ms
+            nexts.append(Onward(job, timer, following, chained))
+        written = self._checkpoints([o for o in nexts if o.needs_checkpoint], now)
         moves: list[tuple[Card, Card | None, int]] = []
         ended: set[str] = set()  # chains done at their revision: the migrator learns it from Redis
-        for job in jobs:
-            entry = job.entry
-            assert entry is not None
+        for o in nexts:
+            card, entry = o.job.card, o.job.done
+            if written.get(card) is False:
+                unfinished[card] = card.pos
+                continue
             self.report.skipped += entry.state == "k"
-            pos = job.card.pos
-            timer = self._owner_of(job)
-            following = None if timer is None else successor(entry, pos, timer.plan)
-            chained = following is not None and following <= now + self._hold_ms
-            ckpt = job.card.ckpt  # where the card says the checkpoint is; moved below, or not
-            if timer and is_recurring(timer.schedule) and needs_checkpoint(entry, chained):
-                if following is None:
-                    self.deps.checkpoints.complete(
-                        timer, entry.n, pos, now + self.deps.retention_ms
-                    )
-                else:
-                    self.deps.checkpoints.move(timer, following, entry.n, pos)
-                    ckpt = following
-            nxt = (
-                Card(timer, following, entry.n, pos, ckpt)
-                if timer and following and chained
-                else None
-            )
-            moves.append((job.card, nxt, entry.rev))
-            if timer and following is None:
-                ended.add(job.card.member)
+            ckpt = o.following if written.get(card) and o.following else card.ckpt
+            nxt = None
+            if o.timer and o.following and o.chained:
+                nxt = Card(o.timer, o.following, entry.n, card.pos, ckpt)
+            moves.append((card, nxt, entry.rev))
+            if o.timer and o.following is None:
+                ended.add(card.member)
         self._hook("checkpointed")
         earliest = self.deps.index.settle(self.bucket, moves, ended, now)
         for card, _, _ in moves:
             self.held.pop(card.member, None)
         self.next_due = _earliest(self.next_due, earliest)
+        if unfinished:
+            self._release(unfinished)
         self._hook("finished")
+
+    def _checkpoints(self, steps: Sequence[Onward], now: int) -> dict[Card, bool]:
+        """Move each checkpoint to its successor (a listing, then the timer: R3, R4) or complete
+        its timer; in parallel, each only if it fits the deadline. Card -> whether it was
+        written (False: failed, or no time; the card goes back as it is)."""
+
+        def write(o: Onward) -> bool:
+            assert o.timer is not None
+            if not self._affords(CHECKPOINT_CALL_MS):
+                return False
+            job = o.job
+            try:
+                if o.following is None:
+                    expires = now + self.deps.retention_ms
+                    self.deps.checkpoints.complete(o.timer, job.done.n, job.card.pos, expires)
+                else:
+                    self.deps.checkpoints.move(o.timer, o.following, job.done.n, job.card.pos)
+            except (BotoCoreError, ClientError, PynamoDBException):
+                log.warning("checkpoint failed; its card goes back", exc_info=True)
+                return False
+            return True
+
+        if not steps:
+            return {}
+        with ThreadPoolExecutor(max(1, min(ITEM_WORKERS, len(steps)))) as pool:
+            return dict(zip((o.job.card for o in steps), pool.map(write, steps), strict=True))
+
+    def _owner_known(self, job: Job) -> bool:
+        """Whether the timer owning the job's entry is at hand, or may be read in time."""
+        return job.done.rev <= job.timer.rev or self._affords(DYNAMO_CALL_MS)
 
     def _owner_of(self, job: Job) -> Timer | None:
         """The timer at its entry's revision, if current and active (read once if the entry is
@@ -758,21 +936,20 @@ class Run:
         """Give back what this run will not finish: its claims released (valid until 0: the
         next run takes them over at once, keeping each decision), its cards due at once."""
         unsent, self.pending = self.pending, []
-        try:
+        try:  # each release only if it fits the deadline: else the claim lapses with it
             released: dict[str, dict[str, Entry]] = defaultdict(dict)
             for job in unsent:
-                assert job.entry is not None
-                released[job.ref[0]][job.name] = replace(job.entry, until=0)
-            self._write_back(released, {job.ref: job for job in unsent})
+                released[job.ref[0]][job.name] = replace(job.done, until=0)
+            self._write_back(released, {job.ref: job for job in unsent}, release=True)
         except Exception:  # the claims lapse at the deadline instead
             log.exception("hand-back failed; claims will lapse")
-        while self.held:
+        while self.held and self._affords(REDIS_CALL_MS):
             try:
                 self.deps.index.release(self.bucket, {c: c.pos for c in self.held.values()})
                 self.report.handed_back += len(self.held)
                 self.held = {}
             except Exception:  # a failover: its replica takes over in seconds, not a lease
-                if self._left() <= 2 * REDIS_CALL_MS:
+                if not self._affords(REDIS_CALL_MS + HAND_BACK_RETRY_MS):
                     log.exception("hand-back failed; leases will end at the deadline")
                     return
                 log.warning("hand-back failed; retrying", exc_info=True)
