@@ -59,6 +59,12 @@ CLAIM_CONFIG = Config(
     max_pool_connections=16,
     retries={"max_attempts": 1, "mode": "standard"},
 )
+CLAIM_TIMEOUTS = {
+    "connect_timeout_seconds": 0.5,
+    "read_timeout_seconds": 3,
+    "max_retry_attempts": 0,
+}
+"""CLAIM_CONFIG for the trigger's pynamodb models (its timers' reads and checkpoints)."""
 RECORD_CONFIG = Config(
     connect_timeout=0.5,
     read_timeout=8,
@@ -165,10 +171,11 @@ def wire(
     dynamodb: Any = None,
     record_dynamodb: Any = None,
     sleep: Callable[[float], None] = time.sleep,
+    timer_settings: Mapping[str, Any] | None = None,
 ) -> Wiring:
     conn = redis_conn if redis_conn is not None else redis_client(settings)
     index = BucketIndex(conn, settings.bucket_count)
-    timers = TimerStore(settings.timers_table, clock=clock)
+    timers = TimerStore(settings.timers_table, clock=clock, **(timer_settings or {}))
     log = FireLog(settings.claims_table, settings.fire_retention_days, dynamodb, record_dynamodb)
     wake = WakeStore(settings.wakeups_table, settings.fire_retention_days, dynamodb)
     changes = Changes(
@@ -248,6 +255,7 @@ def trigger() -> tuple[Wiring, TriggerDeps]:
         Settings.from_env(),
         dynamodb=boto3.client("dynamodb", config=CLAIM_CONFIG),
         record_dynamodb=boto3.client("dynamodb", config=RECORD_CONFIG),
+        timer_settings=CLAIM_TIMEOUTS,
     )
     return w, trigger_deps(w, boto3.client("sqs", config=SQS_CONFIG))
 

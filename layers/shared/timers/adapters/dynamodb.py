@@ -14,11 +14,12 @@ M = TypeVar("M", bound=Model)
 
 
 @cache
-def bound_model(schema: type[M], table: str) -> type[M]:
+def bound_model(schema: type[M], table: str, **settings: Any) -> type[M]:
     """``schema`` (a Model without a Meta: no table) on ``table``: a subclass with a Meta of its
     own, so it has its own table name and its own pynamodb connection (pynamodb keeps one per
-    class). Built once per table: that connection holds a botocore client."""
-    meta = type("Meta", (), {"table_name": table})
+    class), with pynamodb's ``settings`` (timeouts, retries). Built once per table: that
+    connection holds a botocore client."""
+    meta = type("Meta", (), {"table_name": table, **settings})
     body = {"Meta": meta, "__module__": schema.__module__}
     bound = types.new_class(schema.__name__, (schema,), exec_body=lambda ns: ns.update(body))
     return cast(type[M], bound)

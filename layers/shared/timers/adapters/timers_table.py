@@ -86,8 +86,10 @@ class TimerModels:
     payload: type[PayloadItem]
 
 
-def models_for(table: str) -> TimerModels:
-    return TimerModels(bound_model(TimerItem, table), bound_model(PayloadItem, table))
+def models_for(table: str, **settings: Any) -> TimerModels:
+    return TimerModels(
+        bound_model(TimerItem, table, **settings), bound_model(PayloadItem, table, **settings)
+    )
 
 
 def _int(value: Any) -> int | None:
@@ -148,10 +150,15 @@ class TimerStore(LowLevelClient):
     """Reads and writes of timers; every call is scoped to one tenant's key."""
 
     def __init__(
-        self, table: str, client: Any = None, clock: Callable[[], int] = _wall_clock_ms
+        self,
+        table: str,
+        client: Any = None,
+        clock: Callable[[], int] = _wall_clock_ms,
+        **settings: Any,
     ) -> None:
+        """``settings``: pynamodb's, for this store's models (the trigger's: its timeouts)."""
         self.table = table
-        self.models = models_for(table)
+        self.models = models_for(table, **settings)
         self._client = client
         self._clock = clock  # expired items are hidden, as DynamoDB's TTL deletes them late
 
