@@ -62,9 +62,14 @@ def as_deployed(value: Any, path: Path = TEMPLATE) -> Any:
 
 def resources(kind: str, path: Path = TEMPLATE) -> dict[str, dict[str, Any]]:
     """Logical id -> Properties of every resource of one CloudFormation type."""
+    return resources_of(load(path), kind)
+
+
+def resources_of(doc: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    """:func:`resources` of a template already loaded."""
     return {
         name: res.get("Properties", {})
-        for name, res in load(path)["Resources"].items()
+        for name, res in doc["Resources"].items()
         if res["Type"] == kind
     }
 

@@ -44,6 +44,7 @@ class FunctionSpec:
     memory_mb: int
     async_retries: int
     max_event_age_s: int
+    reserved: int | None = None  # ReservedConcurrentExecutions: at most this many at once
 
 
 DEFAULT_ROUTE = "$default"  # an HTTP API's catch-all route key
@@ -289,6 +290,9 @@ def _function(
         memory_mb=int(props.get("MemorySize", globals_.get("MemorySize", DEFAULT_MEMORY_MB))),
         async_retries=int(invoke.get("MaximumRetryAttempts", DEFAULT_ASYNC_RETRIES)),
         max_event_age_s=int(invoke.get("MaximumEventAgeInSeconds", DEFAULT_EVENT_AGE_S)),
+        reserved=int(resolve(reserved))
+        if (reserved := props.get("ReservedConcurrentExecutions")) is not None
+        else None,
     )
 
 
@@ -304,15 +308,21 @@ def load_stack(
     local_env: Mapping[str, str],
     aws_endpoint: str = "http://127.0.0.1:4566",
     path: Path = template.TEMPLATE,
+    concurrency: int | None = None,
 ) -> StackSpec:
     """The stack as template.yaml and samconfig.toml describe it, with ``local_env`` replacing
     the environment variables the local stack provides itself (e.g. the Redis endpoint), and
-    queue URLs on ``aws_endpoint``."""
+    queue URLs on ``aws_endpoint``. ``concurrency``: the local account's sandboxes per
+    function - a function cannot reserve more, so a reserved concurrency above it is taken as
+    it, and so is the parameter it comes from (which other functions may be told of)."""
     doc = template.load(path)
     config = samconfig(path.parent / "samconfig.toml")
     stack_name = config.get("stack_name") or "timers"
     region = config.get("region") or "us-east-1"
-    resolve = Resolver(doc, stack_name, region, config.get("parameters", {}), aws_endpoint)
+    params = dict(config.get("parameters", {}))
+    if concurrency is not None:
+        params |= _capped_reservations(doc, params, concurrency)
+    resolve = Resolver(doc, stack_name, region, params, aws_endpoint)
     globals_ = doc.get("Globals", {}).get("Function", {})
     functions: dict[str, FunctionSpec] = {}
     routes: list[Route] = []
@@ -342,6 +352,20 @@ def load_stack(
                 sources.append(_queue_source(name, event_name, p, resolve))
     routes.sort(key=Route.precedence)
     return StackSpec(stack_name, region, functions, routes, schedules, sources)
+
+
+def _capped_reservations(
+    doc: dict[str, Any], params: Mapping[str, str], concurrency: int
+) -> dict[str, str]:
+    """The parameters functions reserve their concurrency from, capped at ``concurrency``."""
+    declared = doc.get("Parameters", {})
+    capped: dict[str, str] = {}
+    for props in template.resources_of(doc, "AWS::Serverless::Function").values():
+        reserved = props.get("ReservedConcurrentExecutions")
+        if isinstance(reserved, Tag) and reserved.name == "Ref" and reserved.value in declared:
+            value = int(params.get(reserved.value, declared[reserved.value].get("Default", 0)))
+            capped[reserved.value] = str(min(value, concurrency))
+    return capped
 
 
 def _queue_source(

@@ -315,7 +315,11 @@ class LocalStack:
             "REDIS_CLUSTER": "true" if self.config.cluster else "false",
         }
         try:
-            return load_stack(endpoints, aws_endpoint=self.config.aws_endpoint)
+            return load_stack(
+                endpoints,
+                aws_endpoint=self.config.aws_endpoint,
+                concurrency=self.config.concurrency,
+            )
         except (TemplateError, OSError) as exc:
             raise StackError(f"template.yaml: {exc}") from None
 
@@ -386,8 +390,9 @@ class LocalStack:
         runtime = self._runtime_env()
         for name, function in spec.functions.items():
             env = sandbox_env(function, spec.region, runtime)
+            sandboxes = min(self.config.concurrency, function.reserved or self.config.concurrency)
             self.pools[name] = FunctionPool(
-                function, env, self.logs, self.config.concurrency, self.say, self.config.idle_s
+                function, env, self.logs, sandboxes, self.say, self.config.idle_s
             )
         with ThreadPoolExecutor(len(self.pools) or 1) as warmers:
             warmed = warmers.map(FunctionPool.warm, self.pools.values())

@@ -331,16 +331,16 @@ def test_a_card_is_dispatched_once_it_is_due_within_the_lead_and_not_before(
     assert invokes.calls == []
 
     act_at(fanout, clock, due - LEAD_MS)
-    assert invokes.calls == [
-        {
-            "bucket": 3,
-            "slot": 0,
-            "token": fanout.token,
-            "at_ms": due - LEAD_MS,
-            "clock": due - LEAD_MS,
-        }
-    ]
-    assert marker(conn, 3) == fanout.token  # queued (a run promises its beats once it starts)
+    (call,) = invokes.calls
+    assert call == {
+        "bucket": 3,
+        "slot": 0,
+        "token": call["token"],  # the run's own: the fan-out's and a number
+        "at_ms": due - LEAD_MS,
+        "clock": due - LEAD_MS,
+    }
+    assert call["token"].startswith(f"{fanout.token}-")
+    assert marker(conn, 3) == call["token"]  # queued (a run promises its beats once it starts)
     assert 0 < conn.pttl(keys.run(3, 0)) <= START_TTL_MS  # until the run extends it
 
     act_at(fanout, clock, due - LEAD_MS + POLL_MS, due, due + 1_000)
@@ -736,12 +736,76 @@ def test_one_bucket_failing_never_stops_the_others_from_being_dispatched(
     poll()
     others = [b for b in range(BUCKETS) if b != 3]
     assert sorted(invokes.buckets()) == others
-    assert all(marker(conn, b) == fanout.token for b in others)  # each marker has its invoke
+    tokens = {c["bucket"]: c["token"] for c in invokes.calls}
+    assert all(marker(conn, b) == tokens[b] for b in others)  # each marker has its invoke
     assert sick.refused  # the failure did happen
 
     sick.sick.clear()
     poll()
     assert sorted(invokes.buckets()) == list(range(BUCKETS))
+
+
+# ---------------------------------------------------------------- what the trigger can run
+
+
+def test_the_fanout_starts_no_more_runs_than_the_trigger_can_run_at_once(
+    deps: FanoutDeps, clock: FakeClock, invokes: Invokes, index: BucketIndex, conn: redis.Redis
+) -> None:
+    """Issue 36: in a hot second the fan-out wanted 8 runs for each of 8 buckets while the local
+    stack runs 8 sandboxes: invokes waited up to 61 s and were dropped. A run beyond what the
+    trigger can run at once (its reserved concurrency) only waits in Lambda's queue and leases
+    nothing by the time it starts: the fan-out starts none - a first run for each due bucket
+    (smallest backlog first), then more for a backlog - and a queued run keeps its slot past
+    START_TTL_MS while it waits for a sandbox."""
+    for bucket in range(6):
+        add(index, bucket, 3 * PER_TRIGGER if bucket == 5 else 1 + bucket, T0)
+    fanout = Fanout(replace(deps, concurrency=4))
+    act_at(fanout, clock, T0)
+    assert sorted(c["bucket"] for c in invokes.calls) == [0, 1, 2, 3]  # the smallest first
+    assert fanout.report.held_back > 0
+
+    queued = list(invokes.calls)
+    act_at(fanout, clock, *range(T0 + POLL_MS, T0 + 2 * START_TTL_MS, POLL_MS))
+    assert invokes.calls == queued  # still queued: nothing more, not again
+    assert all(marker(conn, c["bucket"]) == c["token"] for c in queued)  # kept past its TTL
+
+    assert index.lease(0, T0, FAR, 10).cards  # bucket 0's run took its card, and ends:
+    run_ended(index, queued[0])  # one more may start - bucket 4's first
+    act_at(fanout, clock, T0 + 2 * START_TTL_MS)
+    assert [c["bucket"] for c in invokes.calls[4:]] == [4]
+
+
+def test_the_first_run_of_every_due_bucket_comes_before_a_backlogs_second(
+    deps: FanoutDeps, clock: FakeClock, invokes: Invokes, index: BucketIndex
+) -> None:
+    add(index, 6, MAX_PARALLEL * PER_TRIGGER, T0)  # would take eight runs on its own
+    for bucket in (1, 2, 3):
+        add(index, bucket, 1, T0)
+    fanout = Fanout(replace(deps, concurrency=5))
+    act_at(fanout, clock, T0)
+    assert Counter(c["bucket"] for c in invokes.calls) == {6: 2, 1: 1, 2: 1, 3: 1}
+
+
+def test_a_finishing_run_frees_its_slot_and_still_counts_among_the_runs_in_flight(
+    deps: FanoutDeps, clock: FakeClock, invokes: Invokes, index: BucketIndex, conn: redis.Redis
+) -> None:
+    """A run that leases no more marks itself finishing (``~``): another run of its bucket may
+    start at once, while the finishing one - still sending, in its sandbox - is counted (until
+    its slot is another run's: then its marker, and what the fan-out knows of it, are gone)."""
+    add(index, 3, 1, T0)
+    fanout = Fanout(replace(deps, concurrency=2))
+    act_at(fanout, clock, T0)
+    (first,) = invokes.calls
+    assert index.touch_run(3, 0, first["token"], 60_000, T0 + RUN_BEAT_MS)  # it started,
+    assert index.lease(3, T0, FAR, 10).cards  # took its card
+    assert index.finishing_run(3, 0, first["token"], 60_000)  # ... and leases no more
+    add(index, 3, 1, T0 + 200)  # due meanwhile
+    add(index, 4, 2, T0 + 200)
+    add(index, 5, 2, T0 + 200)
+    act_at(fanout, clock, T0 + 200)
+    assert [(c["bucket"], c["slot"]) for c in invokes.calls[1:]] == [(3, 0)]  # one more: 1 + 1
+    assert marker(conn, 3) == invokes.calls[1]["token"]
+    assert not index.end_run(3, 0, first["token"])  # the first's end leaves the new marker be
 
 
 # ---------------------------------------------------------------- runs over time
@@ -805,7 +869,7 @@ def test_overlapping_fanouts_never_start_a_bucket_twice(
     assert sorted(c.member for c, _ in taken) == sorted(c.member for c in cards)
     for c, at in taken:
         assert c.pos - LEAD_MS - ARM_MS <= at <= c.pos  # leased ahead of its due time
-    tokens = Counter(c["token"] for c in invokes.calls)
+    tokens = Counter(c["token"].rsplit("-", 1)[0] for c in invokes.calls)  # the fan-outs'
     assert set(tokens) == {fanouts["first"].token, fanouts["second"].token}
     assert fanouts["first"].report.busy + fanouts["second"].report.busy > 0  # they did contend
     assert sum(tokens.values()) <= len(cards)

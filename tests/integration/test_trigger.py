@@ -1492,6 +1492,28 @@ def test_a_run_with_a_marker_clears_it_when_it_ends(rig: Rig) -> None:
     assert rig.index.start_run(0, 0, "next", 5_000)
 
 
+def test_a_run_frees_its_slot_when_it_stops_leasing_and_clears_it_when_it_ends(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a run leases no more its marker says so (``~``) while it finishes (its sends, its
+    counts): the fan-out may start the bucket again at once, and counts the finishing run
+    among those in flight; at its very end the marker goes."""
+    rig.api.create(schedule=after(10))
+    rig.clock.now = T0 + 10_000
+    assert rig.index.start_run(0, 0, "t", 5_000)
+    before_end: list[str | None] = []
+    end_run = rig.index.end_run
+
+    def watched(bucket: int, slot: int, token: str) -> bool:
+        before_end.append(rig.index.runs({(bucket, slot)})[(bucket, slot)])
+        return end_run(bucket, slot, token)
+
+    monkeypatch.setattr(rig.index, "end_run", watched)
+    run_trigger(rig.deps(), 0, REMAINING_MS, RunMarker(0, "t"))
+    assert before_end == ["t~"]  # it leased no more: finishing, the slot free
+    assert rig.index.runs({(0, 0)}) == {(0, 0): None}  # then over
+
+
 @pytest.mark.parametrize("event", [{}, {"bucket": "7"}, {"bucket": -1}, {"bucket": True}])
 def test_handler_rejects_an_event_without_a_bucket(event: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="bucket"):

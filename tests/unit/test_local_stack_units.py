@@ -43,6 +43,20 @@ def test_every_template_function_runs_with_its_handler_code_and_environment() ->
     assert stack.functions["ApiFunction"].memory_mb == 512  # its own, over the Globals
 
 
+def test_the_local_account_reserves_no_more_than_its_sandboxes() -> None:
+    """A function's ReservedConcurrentExecutions is its cap of sandboxes; the local account has
+    LOCAL_LAMBDA_CONCURRENCY per function, so a reservation above it is taken as it - and so is
+    the parameter it comes from, which the fan-out is told (its budget of trigger runs)."""
+    deployed = load_stack(LOCAL)
+    assert deployed.functions["TriggerFunction"].reserved == 128
+    assert deployed.functions["FanoutFunction"].environment["TRIGGER_CONCURRENCY"] == "128"
+    local = load_stack(LOCAL, concurrency=8)
+    assert local.functions["TriggerFunction"].reserved == 8
+    assert local.functions["FanoutFunction"].environment["TRIGGER_CONCURRENCY"] == "8"
+    assert local.functions["FanoutFunction"].reserved == 3  # under the cap: its own
+    assert local.functions["ApiFunction"].reserved == 8
+
+
 def test_http_api_routes_and_schedules_come_from_the_events() -> None:
     stack = load_stack(LOCAL)
     route, params = stack.route("POST", "/v1/timers/tmr_1/pause") or (None, None)

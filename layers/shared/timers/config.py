@@ -35,6 +35,7 @@ class Settings:
     lookahead_seconds: int = 120
     fire_retention_days: int = 30
     trigger_function_name: str = "trigger"
+    trigger_concurrency: int = 128  # trigger runs that can run at once: the fan-out's budget
     migrator_function_name: str = "migrator"  # the fan-out asks it to restore a lost bucket
     tenant_queue_prefix: str = "timers-tenant-"
     delivery_queue_url: str = ""  # HTTP targets' fires go here (the delivery function's queue)
@@ -49,7 +50,7 @@ class Settings:
         if self.bucket_count < 1 or WAKE_SHARDS % self.bucket_count:
             raise ConfigError(f"BUCKET_COUNT={self.bucket_count}: must divide {WAKE_SHARDS}")
         for name in ("lookahead_seconds", "fire_retention_days", "webhook_target_concurrency",
-                     "webhook_tenant_concurrency"):  # fmt: skip
+                     "webhook_tenant_concurrency", "trigger_concurrency"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name.upper()}={getattr(self, name)}: must be at least 1")
         if self.lookahead_seconds < 90:

@@ -220,7 +220,13 @@ def fanout_deps(
 
     s = w.settings
     deps = FanoutDeps(
-        w.index, invoke, s.trigger_function_name, s.migrator_function_name, clock, sleep
+        w.index,
+        invoke,
+        s.trigger_function_name,
+        s.migrator_function_name,
+        clock,
+        sleep,
+        concurrency=s.trigger_concurrency,
     )
     return replace(deps, **overrides)
 

@@ -18,6 +18,7 @@ interleave runs on one fake clock.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -52,6 +53,7 @@ RAN_WRITE_MS = 10_000  # a bucket's last run is written to Redis at most this of
 RESTORE_MS = 60_000  # a bucket restoring for longer is handed to the migrator again
 INVOKE_WORKERS = 16
 MAX_RUN_MS = 70_000  # a minute plus slack: the next run overlaps this one
+MAX_QUEUED_MS = 60_000  # the trigger's MaximumEventAgeInSeconds: Lambda drops an older event
 STOP_MARGIN_MS = 5_000
 
 
@@ -64,6 +66,22 @@ class FanoutDeps:
     clock: Callable[[], int]  # epoch ms
     sleep: Callable[[float], None]  # seconds
     new_token: Callable[[], str] = field(default=lambda: uuid.uuid4().hex[:12])
+    concurrency: int = 1_000_000  # trigger runs that can run at once (its reserved concurrency)
+
+
+Start = tuple[int, int, str]  # a run to start: its bucket, slot and token
+
+
+@dataclass
+class Invoked:
+    """A run this fan-out invoked (its marker holds the run's own token): queued until the
+    marker shows a promise, then leasing, then finishing (``~``: the slot is free again); over
+    once its marker is gone or another run's."""
+
+    bucket: int
+    slot: int
+    at: int  # when it was invoked
+    state: str = "queued"  # queued | leasing | finishing
 
 
 @dataclass
@@ -73,6 +91,7 @@ class FanoutReport:
     cold_invocations: int = 0  # runs started early because the bucket was cold
     failed_invocations: int = 0
     busy: int = 0  # runs wanted whose slot was taken (queued or running)
+    held_back: int = 0  # runs wanted beyond what the trigger can run at once (its concurrency)
     lapsed: int = 0  # slots passed over: their run's promised beat lapsed
     errors: int = 0  # buckets that did not answer a peek
     pending: int = 0  # buckets whose shard had not answered the poll in time (no news)
@@ -125,6 +144,8 @@ class Fanout:
         self._ran: dict[int, int] = {}  # bucket -> when a run of it was last started
         self._ran_written: dict[int, int] = {}
         self._down: dict[int, int] = {}  # bucket -> since when it did not answer
+        self._runs: dict[str, Invoked] = {}  # its runs in flight, by their tokens
+        self._serial = itertools.count()  # each run's token: the fan-out's and a number
 
     def steps(self, start_ms: int, deadline_ms: int) -> Iterator[int]:
         """Yield each instant to wake at (the driver waits), then act at it."""
@@ -178,24 +199,78 @@ class Fanout:
                     cold_due.add(bucket)
         if lost:
             self._restore(lost)
-        starts: list[tuple[int, int]] = []
-        for bucket, backlog in sorted(due, key=lambda d: d[1]):
-            try:
-                starts += self._start(bucket, runs_wanted(backlog), now)
-            except Exception:  # its shard refuses writes: the others go on
-                logger.warning("bucket %s not started", bucket, exc_info=True)
-                self.report.errors += 1
-        self._invoke(starts, now, cold_due)
+        self._invoke(self._starts(sorted(due, key=lambda d: d[1]), now), now, cold_due)
 
-    def _start(self, bucket: int, wanted: int, now: int) -> list[tuple[int, int]]:
-        """Mark the free slots of the ``wanted`` first; a slot whose run's promised beat lapsed
-        (it died, or hangs in a slow call) is passed over for one more slot. A run not started
-        yet (queued, throttled) promised nothing: its marker expires after START_TTL_MS."""
-        starts: list[tuple[int, int]] = []
-        slot = 0
-        while slot < wanted:
-            if self.deps.index.start_run(bucket, slot, self.token, START_TTL_MS):
-                starts.append((bucket, slot))
+    def _starts(self, due: list[tuple[int, int]], now: int) -> list[Start]:
+        """The runs to start, within what the trigger can run at once beside the runs in
+        flight: a first run for each due bucket (smallest backlog first), then more for those
+        with a backlog. A run invoked beyond it would only wait in Lambda's queue - and lease
+        nothing by the time it starts."""
+        budget = self.deps.concurrency - self._in_flight(now)
+        starts: list[Start] = []
+        first_free: dict[int, int] = {}  # bucket -> the slot after its first run's
+        for first in (True, False):
+            for bucket, backlog in due:
+                if budget <= 0:
+                    self.report.held_back += 1
+                    continue
+                if not first and bucket not in first_free:
+                    continue  # its shard refused the first: the next poll tries again
+                begin = 0 if first else first_free[bucket]
+                wanted = 1 if first else runs_wanted(backlog)
+                try:
+                    more, first_free[bucket] = self._start(bucket, begin, wanted, now, budget)
+                except Exception:  # its shard refuses writes: the others go on
+                    logger.warning("bucket %s not started", bucket, exc_info=True)
+                    self.report.errors += 1
+                    continue
+                starts += more
+                budget -= len(more)
+        return starts
+
+    def _in_flight(self, now: int) -> int:
+        """This fan-out's runs still queued, leasing or finishing (their markers, read in one
+        round trip). A queued run's marker is kept alive until its run starts, or Lambda would
+        have dropped its event: a run that waits for a sandbox is not started twice."""
+        if not self._runs:
+            return 0
+        try:
+            markers = self.deps.index.runs({(r.bucket, r.slot) for r in self._runs.values()})
+        except Exception:  # unknown: count them all as in flight (errs towards fewer runs)
+            logger.warning("runs in flight not read", exc_info=True)
+            return len(self._runs)
+        for token, run in list(self._runs.items()):
+            if (run.bucket, run.slot) not in markers:
+                continue  # its shard did not answer: as it was
+            held = markers[(run.bucket, run.slot)]
+            if held is None or held.partition("@")[0].rstrip("~") != token:
+                del self._runs[token]  # over (or the slot is another run's now)
+            elif held.endswith("~"):
+                run.state = "finishing"
+            elif "@" in held:
+                run.state = "leasing"
+            elif now - run.at > MAX_QUEUED_MS:
+                del self._runs[token]  # Lambda drops an event this old
+            else:
+                try:  # queued: kept until it starts
+                    self.deps.index.touch_run(run.bucket, run.slot, token, START_TTL_MS)
+                except Exception:  # it may expire: a second run of the slot is harmless
+                    logger.warning("queued run not kept", exc_info=True)
+        return len(self._runs)
+
+    def _start(
+        self, bucket: int, slot: int, wanted: int, now: int, budget: int
+    ) -> tuple[list[Start], int]:
+        """Mark the free slots from ``slot`` up to the ``wanted`` first (at most ``budget``);
+        a slot whose run's promised beat lapsed (it died, or hangs in a slow call) is passed
+        over for one more slot. A run not started yet (queued, throttled) promised nothing:
+        its marker expires after START_TTL_MS unless the fan-out that invoked it keeps it.
+        Returns the starts and the slot after the last one tried."""
+        starts: list[Start] = []
+        while slot < wanted and len(starts) < budget:
+            token = f"{self.token}-{next(self._serial)}"
+            if self.deps.index.start_run(bucket, slot, token, START_TTL_MS):
+                starts.append((bucket, slot, token))
             elif (beat := self.deps.index.run_promise(bucket, slot)) is not None and (
                 beat < now - BEAT_SKEW_MS
             ):
@@ -204,7 +279,7 @@ class Fanout:
             else:
                 self.report.busy += 1
             slot += 1
-        return starts
+        return starts, slot
 
     def _lost(self, bucket: int, peek: Peek, now: int) -> bool:
         """Whether the bucket must be restored now. The sentinel is swapped from what this
@@ -241,14 +316,17 @@ class Fanout:
         except Exception:  # the next minute's migrator run restores them (they stay marked)
             logger.exception("restore invoke failed", extra={"buckets": buckets})
 
-    def _invoke(self, starts: list[tuple[int, int]], now: int, cold: set[int]) -> None:
+    def _invoke(self, starts: list[Start], now: int, cold: set[int]) -> None:
         if not starts:
             return
         with ThreadPoolExecutor(max_workers=max(1, min(INVOKE_WORKERS, len(starts)))) as pool:
-            sent = list(pool.map(lambda s: self._invoke_one(s[0], s[1], now), starts))
+            sent = list(pool.map(lambda s: self._invoke_one(s[0], s[1], s[2], now), starts))
         self.report.invocations += sum(sent)
         self.report.failed_invocations += len(sent) - sum(sent)
-        started = {bucket for (bucket, _), ok in zip(starts, sent, strict=True) if ok}
+        started = {bucket for (bucket, _, _), ok in zip(starts, sent, strict=True) if ok}
+        for (bucket, slot, token), ok in zip(starts, sent, strict=True):
+            if ok:
+                self._runs[token] = Invoked(bucket, slot, now)
         self.report.cold_invocations += len(started & cold)
         for bucket in started:
             self._ran[bucket] = now
@@ -259,8 +337,8 @@ class Fanout:
                 except Exception:  # warmth is a hint: a failure errs towards cold
                     logger.warning("ran not written", exc_info=True)
 
-    def _invoke_one(self, bucket: int, slot: int, now: int) -> bool:
-        event = {"bucket": bucket, "slot": slot, "token": self.token, "at_ms": now}
+    def _invoke_one(self, bucket: int, slot: int, token: str, now: int) -> bool:
+        event = {"bucket": bucket, "slot": slot, "token": token, "at_ms": now}
         try:
             self.deps.invoke(
                 FunctionName=self.deps.trigger_function,
@@ -269,7 +347,7 @@ class Fanout:
             )
         except Exception:  # throttled or failed: free the slot; the next peek tries again
             logger.exception("trigger invoke failed", extra={"bucket": bucket})
-            self.deps.index.end_run(bucket, slot, self.token)
+            self.deps.index.end_run(bucket, slot, token)
             return False
         return True
 

@@ -169,7 +169,7 @@ class BucketIndex:
         self.bucket_count = bucket_count
         self._scripts = {
             name: Script(client, name)
-            for name in ("put", "lease", "finish", "check", "token", "swap")
+            for name in ("put", "lease", "finish", "check", "token", "swap", "start")
         }
         self._shard_pool: ThreadPoolExecutor | None = None
         self._shard_peeks: dict[str, Future[dict[int, Peek | Exception]]] = {}
@@ -376,9 +376,10 @@ class BucketIndex:
     def start_run(
         self, bucket: int, slot: int, token: str, ttl_ms: int, promise: int | None = None
     ) -> bool:
-        """Mark the slot (if free) for a run that must beat by ``promise`` (see RUN_BEAT_MS)."""
+        """Mark the slot, if free (no marker, or its run only finishing), for a run that must
+        beat by ``promise`` (see RUN_BEAT_MS)."""
         value = token if promise is None else f"{token}@{promise}"
-        return bool(self.client.set(keys.run(bucket, slot), value, nx=True, px=ttl_ms))
+        return bool(self._eval("start", [([keys.run(bucket, slot)], [value, ttl_ms])])[0])
 
     def touch_run(
         self, bucket: int, slot: int, token: str, ttl_ms: int, promise: int | None = None
@@ -386,11 +387,32 @@ class BucketIndex:
         args = [token, ttl_ms, "" if promise is None else promise]
         return bool(self._eval("token", [([keys.run(bucket, slot)], args)])[0])
 
+    def finishing_run(self, bucket: int, slot: int, token: str, ttl_ms: int) -> bool:
+        """The slot's run leases no more (a new run may take the slot) and is finishing."""
+        return bool(self._eval("token", [([keys.run(bucket, slot)], [token, ttl_ms, "~"])])[0])
+
     def run_promise(self, bucket: int, slot: int) -> int | None:
         """By when the slot's run promised its next beat (None: free, or no promise)."""
         held = self.client.get(keys.run(bucket, slot))
         promise = None if held is None else _text(held).partition("@")[2]
         return int(promise) if promise else None
+
+    def runs(self, slots: Collection[tuple[int, int]]) -> dict[tuple[int, int], str | None]:
+        """Each (bucket, slot)'s marker: ``token`` (queued), ``token@promise`` (leasing),
+        ``token~`` (finishing) or None (no run), in one round trip; a slot whose shard did not
+        answer is left out (unknown)."""
+        if not slots:
+            return {}
+        ordered = list(slots)
+        pipe = self.client.pipeline(transaction=False)
+        for bucket, slot in ordered:
+            pipe.execute_command("GET", keys.run(bucket, slot))
+        got = pipe.execute(raise_on_error=False)
+        return {
+            s: None if v is None else _text(v)
+            for s, v in zip(ordered, got, strict=True)
+            if not isinstance(v, Exception)
+        }
 
     def end_run(self, bucket: int, slot: int, token: str) -> bool:
         return bool(self._eval("token", [([keys.run(bucket, slot)], [token, ""])])[0])

@@ -500,9 +500,8 @@ def run_trigger(
         report = run.go()
     except Exception:
         log.exception("trigger run failed", extra=run.report.summary())
-        run.unmark()  # not on a kill (BaseException in tests): a killed run does nothing
+        run.clear()  # not on a kill (BaseException in tests): a killed run does nothing
         raise
-    run.unmark()
     return report
 
 
@@ -533,6 +532,7 @@ class Run:
         self._hook = deps.hooks or (lambda _: None)
         self._hold_ms = hold_ms(deps.lookahead_ms, deps.retention_ms)
         self._beat_at: int | None = None
+        self._finishing = False  # its marker says it leases no more
         self.counting: list[Future[None]] = []  # its usage writes (USAGE_WRITER)
 
     def go(self) -> TriggerReport:
@@ -578,12 +578,15 @@ class Run:
         self._hand_back()
         self.unmark()  # the bucket's next run may start while this one's counts are written
         self._counted()
+        self.clear()
 
     def _beat(self, now: int) -> None:
         """Promise the next beat within RUN_BEAT_MS (every half of it): a run that dies or
         hangs lets its promise lapse, and the fan-out starts another for the bucket."""
-        if self.marker is None or (
-            self._beat_at is not None and now - self._beat_at < RUN_BEAT_MS // 2
+        if (
+            self.marker is None
+            or self._finishing
+            or (self._beat_at is not None and now - self._beat_at < RUN_BEAT_MS // 2)
         ):
             return
         ttl = self.end - now + LEASE_GRACE_MS
@@ -596,7 +599,21 @@ class Run:
         self._beat_at = now
 
     def unmark(self) -> None:
-        """Clear the slot once this run leases no more (its sends may go on)."""
+        """Free the slot once this run leases no more (its sends may go on): the marker says
+        it is finishing (the fan-out may start another run in the slot, and still counts this
+        one among the runs in flight)."""
+        if self.marker is None or self._finishing:
+            return
+        self._finishing = True
+        try:
+            ttl = max(1, self.end - self.sync.now()) + LEASE_GRACE_MS
+            self.deps.index.finishing_run(self.bucket, self.marker.slot, self.marker.token, ttl)
+        except Exception:  # it expires with its TTL
+            log.warning("run marker not freed", exc_info=True)
+
+    def clear(self) -> None:
+        """The run is over: its marker goes (if still its own)."""
+        self.unmark()
         if self.marker is None:
             return
         marker, self.marker = self.marker, None
