@@ -63,6 +63,7 @@ T = TypeVar("T")
 
 ARM_MS = 250  # lease and claim what falls due this far ahead, then wait to send it
 LEASE_LIMIT = 100  # cards per lease: at most two claim writes per item, made in parallel
+FIRST_LEASE = 10  # a run's first lease: small, so a crowd's first round is claimed and sent at once
 SEND_FIRST_MS = 20  # a send due this soon goes before the next lease
 SEND_GUARD_MS = 1  # sent once the reference time's lower bound is this far past due
 MAX_CLOCK_OFFSET_MS = 2_000  # a host clock further off than this is broken: refuse
@@ -661,6 +662,8 @@ class Run:
             return None
         now = self.sync.now()
         limit = self.pace.lease_size(self._left() - SEND_RESERVE_MS, self.deps.lease_limit)
+        if not self.report.leases:  # its first: small, so what is due first goes out first
+            limit = min(limit, FIRST_LEASE)
         leased = self.deps.index.lease(self.bucket, now + ARM_MS, self.end + LEASE_GRACE_MS, limit)
         self.report.leases += 1
         self.report.leased += len(leased.cards)
