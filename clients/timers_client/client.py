@@ -51,8 +51,10 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "usage": ("GET", "/v1/tenant/usage"),
 }
 TIMER_FIELDS = ("name", "schedule", "start_at", "end_at", "max_fires", "target", "payload",
-                "misfire", "retry")  # fmt: skip
+                "misfire", "retry", "window_seconds")  # fmt: skip
 """What a create sets and a PATCH may change."""
+PARAMETER_OF = {"window_seconds": "window"}
+"""A body field the SDK's methods take under a shorter name."""
 # Request bodies: SDK method -> (schema name, the method's parameters that fill it).
 REQUEST_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "create": ("TimerCreate", TIMER_FIELDS),
@@ -215,15 +217,17 @@ class Client:
         payload: Any = None,
         misfire: str | None = None,
         retry: dict[str, Any] | None = None,
+        window: float | None = None,
         idempotency_key: str | None = None,
     ) -> Timer:
         """Create a timer. The same ``idempotency_key`` and body within 24 h give back the
         first timer and create nothing, so a create can be retried safely. ``retry``:
         ``{"max_attempts": 1..100, "max_age_seconds": 60..86400}`` (either optional) bounds
-        how long an HTTP fire is retried."""
+        how long an HTTP fire is retried (HTTP targets only). ``window``: the flexible window
+        in seconds (0..900): each fire lands in [due, due + window], batched - cheaper."""
         body = _body(
             schedule=schedule, name=name, start_at=start_at, end_at=end_at, max_fires=max_fires,
-            target=target, payload=payload, misfire=misfire, retry=retry,
+            target=target, payload=payload, misfire=misfire, retry=retry, window_seconds=window,
         )  # fmt: skip
         return Timer.from_json(self._call("POST", "/timers", body, idempotency_key))
 
@@ -261,13 +265,14 @@ class Client:
         payload: Any = _UNSET,
         misfire: str = _UNSET,
         retry: dict[str, Any] | None = _UNSET,
+        window: float = _UNSET,
     ) -> Timer:
-        """Change the arguments given (None clears an optional field); the next fire is
-        recomputed."""
+        """Change the arguments given (None clears an optional field; ``window=0``: on the
+        dot); the next fire is recomputed."""
         given = {
             "name": name, "schedule": schedule, "start_at": start_at, "end_at": end_at,
             "max_fires": max_fires, "target": target, "payload": payload, "misfire": misfire,
-            "retry": retry,
+            "retry": retry, "window_seconds": window,
         }  # fmt: skip
         body = {
             k: (_rfc3339(v) if isinstance(v, datetime) else v)

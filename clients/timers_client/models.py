@@ -34,6 +34,7 @@ class Timer:
     updated_at: str
     expires_at: str | None = None
     retry: dict[str, Any] | None = None  # {"max_attempts", "max_age_seconds"}; None: default
+    window_seconds: float = 0  # the flexible window: each fire lands in [due, due + window]
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Timer:

@@ -630,15 +630,45 @@ def test_a_retry_policy_is_stored_echoed_and_changed_by_patch(api: Api) -> None:
 def test_a_bad_retry_policy_is_400_naming_it_and_changes_nothing(
     api: Api, retry: dict[str, Any], field: str
 ) -> None:
-    body = {"schedule": {"type": "after", "seconds": 30}, "retry": retry}
+    hook = {"url": "https://example.com/hook"}
+    body = {"schedule": {"type": "after", "seconds": 30}, "target": hook, "retry": retry}
     reply = api.call("POST", "/v1/timers", body=body)
     assert (reply.status, reply.error_code) == (400, "validation_error")
     assert reply.error_fields == {field}, reply.body
     assert timer_count(api) == 0
-    timer = api.create(schedule={"type": "after", "seconds": 30}, retry={"max_attempts": 5})
+    timer = api.create(
+        schedule={"type": "after", "seconds": 30}, target=hook, retry={"max_attempts": 5}
+    )
     reply = api.call("PATCH", f"/v1/timers/{timer['id']}", body={"retry": retry})
     assert (reply.status, reply.error_code) == (400, "validation_error")
     assert api.call("GET", f"/v1/timers/{timer['id']}").body == timer
+
+
+def test_a_retry_policy_on_a_queue_target_is_400_and_changes_nothing(api: Api) -> None:
+    """A retry policy bounds an HTTP fire's POSTs; a queue target's send is retried by the
+    service itself (then failed with its reason): a policy there would say nothing, so it is
+    refused - at create, by a PATCH that adds one, and by one that moves an HTTP timer with a
+    policy to a queue (clear it in the same PATCH)."""
+    body = {"schedule": {"type": "after", "seconds": 30}, "retry": {"max_attempts": 3}}
+    reply = api.call("POST", "/v1/timers", body=body)
+    assert (reply.status, reply.error_fields) == (400, {"retry"}), reply.body
+    assert timer_count(api) == 0
+    queued = api.create(schedule={"type": "after", "seconds": 30})
+    reply = api.call("PATCH", f"/v1/timers/{queued['id']}", body={"retry": {"max_attempts": 3}})
+    assert (reply.status, reply.error_fields) == (400, {"retry"}), reply.body
+    hook = {"url": "https://example.com/hook"}
+    hooked = api.create(
+        schedule={"type": "after", "seconds": 30}, target=hook, retry={"max_attempts": 3}
+    )
+    to_queue = {"target": {"queue_url": queued["target"]["queue_url"]}}
+    reply = api.call("PATCH", f"/v1/timers/{hooked['id']}", body=to_queue)
+    assert (reply.status, reply.error_fields) == (400, {"retry"}), reply.body
+    for timer in (queued, hooked):
+        assert api.call("GET", f"/v1/timers/{timer['id']}").body == timer
+    moved = api.call("PATCH", f"/v1/timers/{hooked['id']}", body={**to_queue, "retry": None})
+    assert (moved.status, moved.body["retry"], moved.body["target"]) == (
+        200, None, to_queue["target"]
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- idempotency
@@ -1419,3 +1449,44 @@ def test_sample_events_are_what_the_gateway_builds(path: Path) -> None:
     built["requestContext"].update(requestId=context["requestId"], apiId=context["apiId"])
     assert sample == built
     assert sample["routeKey"] == context["routeKey"] == f"{method} {route.path}"
+
+
+# ---------------------------------------------------------------- the flexible window
+
+
+def test_a_window_is_stored_echoed_and_changed_by_patch(api: Api) -> None:
+    timer = api.create(schedule={"type": "after", "seconds": 30}, window_seconds=60)
+    assert timer["window_seconds"] == 60
+    assert api.call("GET", f"/v1/timers/{timer['id']}").body["window_seconds"] == 60
+    assert stored(api, timer["id"]).window_ms == 60_000
+    patched = api.call("PATCH", f"/v1/timers/{timer['id']}", body={"window_seconds": 2.5})
+    assert (patched.status, patched.body["window_seconds"]) == (200, 2.5)
+    assert api.create(schedule={"type": "after", "seconds": 30})["window_seconds"] == 0
+    batch = api.call("POST", "/v1/timers:batch", body={"timers": [
+        {"schedule": {"type": "after", "seconds": 30}, "window_seconds": 900},
+        {"schedule": {"type": "after", "seconds": 30}}]})  # fmt: skip
+    assert [t["window_seconds"] for t in batch.body["items"]] == [900, 0]
+
+
+@pytest.mark.parametrize("window", [-1, 900.5, 901, "60", None, True, [60]])
+def test_a_bad_window_is_400_naming_it_and_changes_nothing(api: Api, window: Any) -> None:
+    body = {"schedule": {"type": "after", "seconds": 30}, "window_seconds": window}
+    reply = api.call("POST", "/v1/timers", body=body)
+    assert (reply.status, reply.error_code) == (400, "validation_error")
+    assert reply.error_fields == {"window_seconds"}, reply.body
+    assert timer_count(api) == 0
+    timer = api.create(schedule={"type": "after", "seconds": 30}, window_seconds=10)
+    reply = api.call("PATCH", f"/v1/timers/{timer['id']}", body={"window_seconds": window})
+    assert (reply.status, reply.error_fields) == (400, {"window_seconds"}), reply.body
+    assert api.call("GET", f"/v1/timers/{timer['id']}").body == timer
+
+
+def test_the_same_key_with_another_window_is_a_conflict(api: Api) -> None:
+    body = {"schedule": {"type": "after", "seconds": 30}}
+    headers = {"Idempotency-Key": "window-1"}
+    first = api.call("POST", "/v1/timers", body=body, headers=headers)
+    assert first.status == 201
+    again = api.call("POST", "/v1/timers", body={**body, "window_seconds": 0}, headers=headers)
+    assert (again.status, again.body["id"]) == (201, first.body["id"])  # 0 is the default
+    other = api.call("POST", "/v1/timers", body={**body, "window_seconds": 60}, headers=headers)
+    assert (other.status, other.error_code) == (409, "idempotency_conflict")

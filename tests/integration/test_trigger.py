@@ -49,9 +49,16 @@ from tests.support.clock import T0, FakeClock
 from timers.adapters import tenants
 from timers.adapters.timers_table import PAYLOAD_SUFFIX
 from timers.core.times import format_ms, parse_ms
+from timers.core.window import send_at
 from timers.engine import keys
 from timers.engine.changes import OWED_WAIT_MS
-from timers.engine.entries import CHECKPOINT_EVERY, LAPSE_MARGIN_MS, Entry, entry_ref
+from timers.engine.entries import (
+    CHECKPOINT_EVERY,
+    LAPSE_MARGIN_MS,
+    MISFIRE_GRACE_MS,
+    Entry,
+    entry_ref,
+)
 from timers.engine.index import BucketIndex, Card
 from timers.engine.log import FireLog
 from timers.engine.migrate import MigrationReport, run_migrator
@@ -1636,3 +1643,105 @@ def test_a_run_ends_before_its_timeout_however_slow_each_call_is(rig: Rig, call_
             rig.clock.advance(LAPSE_MS)  # what a run gave back or left is due again
     assert rig.per_fire() == Counter({f"{t['id']}:{T0 + 1_000}": 1 for t in created})
     assert all(s.at >= s.scheduled for s in rig.sqs.sent)
+
+
+# ---------------------------------------------------------------- the flexible window
+
+
+def windowed(rig: Rig, dues: Sequence[int], window_s: float, **more: Any) -> list[dict[str, Any]]:
+    """One-shots with a window, due at ``dues``, made in one batch request."""
+    timers = [{"schedule": {"type": "at", "at": format_ms(d)}, "payload": i,
+               "window_seconds": window_s, **more} for i, d in enumerate(dues)]  # fmt: skip
+    reply = rig.api.call("POST", "/v1/timers:batch", body={"timers": timers})
+    assert reply.status == 201, reply.body
+    return list(reply.body["items"])
+
+
+def instant_of(rig: Rig, timer: dict[str, Any], due: int) -> int:
+    """When the service sends this timer's fire due at ``due``."""
+    stored = rig.stored(timer["id"])
+    return send_at(due, stored.window_ms, stored.grain_ms, stored.partition)
+
+
+def test_windowed_fires_of_a_partition_due_within_a_grain_are_sent_together(rig: Rig) -> None:
+    """The point of a window: 25 one-shots with a 60 s window due at 25 different seconds go
+    out at one aligned instant - one run, two claim writes (its first lease of 10, then the
+    rest), SQS batches of ten - where on the dot they would take 25 of each. Never before
+    their due times, all within their windows; fire ids and scheduled_at stay nominal."""
+    (probe,) = windowed(rig, [T0 + 40_000], 60)
+    instant = instant_of(rig, probe, T0 + 40_000)
+    rig.api.call("DELETE", f"/v1/timers/{probe['id']}")
+    dues = [instant - 29_000 + i * 1_000 for i in range(25)]  # one grain (30 s) before it
+    made = windowed(rig, dues, 60)
+    assert {instant_of(rig, t, d) for t, d in zip(made, dues, strict=True)} == {instant}
+    claims: list[int] = []
+    claim = rig.log.claim
+
+    def counted(key: str, entries: Any, seen: Any = None) -> bool:
+        claims.append(len(entries))
+        return claim(key, entries, seen)
+
+    rig.log.claim = counted  # type: ignore[method-assign]
+    rig.clock.now = dues[0]
+    assert rig.run() == []  # due, but not sent yet: the instant is later
+    until_armed(rig, instant)
+    reports = rig.run()
+    assert len(reports) == 1 and reports[0].enqueued == 25
+    assert claims == [10, 15]
+    assert rig.per_fire() == Counter({f"{t['id']}:{d}": 1 for t, d in zip(made, dues, strict=True)})
+    assert all(instant <= s.at <= instant + 5 for s in rig.sqs.sent)  # at the instant, together
+    assert all(s.scheduled <= s.at <= s.scheduled + 60_000 for s in rig.sqs.sent)
+    shown = rig.fires(made[0]["id"])
+    assert shown[0]["scheduled_at"] == format_ms(dues[0])
+    assert 29_000 <= shown[0]["lag_ms"] <= 29_005  # counted from the due time
+
+
+@pytest.mark.parametrize("misfire", ["fire_once", "skip"])
+def test_windowed_fires_later_than_the_misfire_grace_within_their_window_all_go(
+    rig: Rig, misfire: str
+) -> None:
+    """A timer every 10 s with a 120 s window aligns its fires to one instant a minute: by
+    then the first is 50 s late - more than MISFIRE_GRACE_MS - and five newer ones are due too.
+    Within its window a fire is on time, never a missed occurrence: all six go, in order
+    (``fire_once`` would send only the latest, ``skip`` none but the latest)."""
+    (probe,) = windowed(rig, [T0 + 600_000], 120)  # the tenant's windowed partition, its phase
+    instant = instant_of(rig, probe, T0 + 600_000)
+    rig.api.call("DELETE", f"/v1/timers/{probe['id']}")
+    first = instant - 50_000  # the grain is 60 s: six fires 10 s apart before the instant
+    rig.clock.now = first - 60_000  # within the look-ahead: the create puts it in Redis
+    timer = rig.api.create(schedule={"type": "every", "seconds": 10}, misfire=misfire,
+                           window_seconds=120, start_at=format_ms(first))  # fmt: skip
+    dues = [first + i * 10_000 for i in range(6)]
+    assert {instant_of(rig, timer, d) for d in dues} == {instant}
+    assert instant - first > MISFIRE_GRACE_MS
+    until_armed(rig, instant)
+    rig.run()
+    assert [s.scheduled for s in rig.sqs.sent] == dues
+
+
+def test_a_window_patched_to_zero_fires_on_the_dot_from_its_fire_log_home(rig: Rig) -> None:
+    """A window changed later moves the send instant only; the entries stay where the grain of
+    the timer's creation put them, for every revision."""
+    timer = rig.api.create(schedule={"type": "every", "seconds": 60}, window_seconds=60,
+                           start_at=format_ms(T0 + 60_000))  # fmt: skip
+    patched = rig.api.call("PATCH", f"/v1/timers/{timer['id']}", body={"window_seconds": 0})
+    assert (patched.status, patched.body["window_seconds"]) == (200, 0)
+    assert rig.stored(timer["id"]).grain_ms == 30_000  # fixed at creation
+    until_armed(rig, T0 + 60_000)
+    rig.run()
+    ((scheduled, at),) = [(s.scheduled, s.at) for s in rig.sqs.sent]
+    assert scheduled == T0 + 60_000 <= at <= T0 + 60_005  # on the dot
+    (fire,) = rig.fires(timer["id"])
+    assert fire["status"] == "enqueued"
+
+
+def test_windowed_fires_are_on_time_in_usage_within_their_window(rig: Rig) -> None:
+    made = windowed(rig, [T0 + 5_000 + i * 7_000 for i in range(4)], 120)
+    rig.clock.now = T0 + 5_000
+    for _ in range(80):
+        rig.run()
+        rig.clock.advance(1_000)
+    assert len(rig.per_fire()) == len(made)
+    used = rig.usage()
+    assert used["lag"]["ontime"] == len(made) == used["fires"]["enqueued"]
+    assert used["fires"]["late_1s"] == 0

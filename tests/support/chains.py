@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from timers.core.timer import Timer
 from timers.engine.changes import card_of
-from timers.engine.entries import Entry, State, entry_for, entry_name, entry_ref, step, successor
+from timers.engine.entries import Entry, State, entry_for, ref_of, step, successor
 from timers.engine.index import Card
 from timers.engine.log import FireLog
 
@@ -56,16 +56,16 @@ def fire(
 def _claim(log: FireLog, timer: Timer, pos: int, done: Entry) -> None:
     """Into the entry's home: the first item on its path that is unsealed (a full one is sealed
     first, as the trigger does)."""
-    ref = entry_ref(timer.partition, timer.id, pos)
+    ref = ref_of(timer, pos)
     for _ in range(3):
         at = log.locate([ref], consistent=True)[ref]
         assert at.entry is None, f"{ref} already has an entry: {at.entry}"
-        if log.claim(at.key, {entry_name(timer.id, pos): done}):
+        if log.claim(at.key, {ref[1]: done}):
             return
         log.seal(at.key)  # full: its positions live below it from now on
     raise AssertionError(f"no home found for {ref}")
 
 
 def entry(log: FireLog, timer: Timer, pos: int) -> Entry | None:
-    ref = entry_ref(timer.partition, timer.id, pos)
+    ref = ref_of(timer, pos)
     return log.read([ref], consistent=True)[ref]

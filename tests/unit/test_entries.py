@@ -31,6 +31,7 @@ from timers.core.schedule import (
     next_fire,
 )
 from timers.core.timer import Timer
+from timers.core.window import aligned
 from timers.engine.entries import (
     CHECKPOINT_EVERY,
     HOLD_MS,
@@ -41,11 +42,9 @@ from timers.engine.entries import (
     Entry,
     EntryRef,
     State,
-    claim_key,
     decide_claim,
     drive,
     entry_for,
-    entry_name,
     entry_ref,
     fence,
     history,
@@ -99,9 +98,23 @@ def _next_card(card: Card, entry: Entry, timer: Timer) -> Card | None:
 
 
 def test_an_entry_is_keyed_by_partition_second_and_timer_ms() -> None:
-    assert claim_key(7, T0 + 1_234) == f"7/{(T0 + 1_234) // 1000}"
-    assert entry_name("tmr_x", T0 + 1_234) == "tmr_x@234"
+    assert entry_ref(7, "tmr_x", T0 + 1_234) == (f"7/{(T0 + 1_234) // 1000}", "tmr_x@234")
     assert entry_ref(7, "tmr_x", T0 + 5) == (f"7/{T0 // 1000}", "tmr_x@005")
+
+
+def test_a_windowed_timers_entries_live_in_the_item_of_their_aligned_instant() -> None:
+    """With a grain (a window at creation) a position's entry lives in the item of the second
+    its fire is sent at, named by its ms from that second: the fires of a partition due within
+    one grain share an item, and every position of the timer has a name of its own."""
+    grain, part = 30_000, 7
+    sent = aligned(T0 + 1_234, grain, part)
+    assert T0 + 1_234 <= sent < T0 + 1_234 + grain
+    key, name = entry_ref(part, "tmr_x", T0 + 1_234, grain)
+    assert key == f"{part}/{sent // 1000}"
+    assert name == f"tmr_x@{T0 + 1_234 - sent // 1000 * 1000:03d}"
+    same_instant = [p for p in range(sent - grain + 1, sent + 1, 997)]
+    refs = {entry_ref(part, "tmr_x", p, grain) for p in same_instant}
+    assert {k for k, _ in refs} == {key} and len(refs) == len(same_instant)
 
 
 def test_a_tenants_timers_share_spread_consecutive_partitions() -> None:
@@ -566,11 +579,11 @@ def test_history_is_newest_first_skips_skips_and_pages() -> None:
     runs = [T0 + 60_000, T0 + 120_000, T0 + 180_000, T0 + 3_650_000, T0 + 3_700_000]
     stored = fire_chain(claims, timer, runs)
     (cursor,) = drive([walk(stored)], claims.read)
-    [(page, more)] = drive([history(7, "tmr_x", cursor.last, 2)], claims.read)
+    [(page, more)] = drive([history(timer, cursor.last, 2)], claims.read)
     assert [pos for pos, _ in page] == [T0 + 3_660_000, T0 + 180_000]  # the skip is not a fire
-    [(rest, end)] = drive([history(7, "tmr_x", more, 10)], claims.read)
+    [(rest, end)] = drive([history(timer, more, 10)], claims.read)
     assert ([pos for pos, _ in rest], end) == ([T0 + 120_000, T0 + 60_000], None)
-    [(nothing, none)] = drive([history(7, "tmr_x", None, 10)], claims.read)
+    [(nothing, none)] = drive([history(timer, None, 10)], claims.read)
     assert (nothing, none) == ([], None)
 
 

@@ -25,7 +25,7 @@ from timers.core.failures import (
     key_range,
 )
 from timers.core.timer import Timer, fire_due_ms, fire_timer_id
-from timers.engine.entries import entry_ref
+from timers.engine.entries import ref_of
 from timers.engine.log import FireLog
 from timers.service import decode_cursor, encode_cursor
 
@@ -135,7 +135,7 @@ class FailedFireService:
         due = fire_due_ms(fire_id)
         if due is None or due > KEY_MAX_MS or fire_timer_id(fire_id) != timer.id:
             raise NotFound(f"no fire {fire_id!r} of timer {timer.id!r}")
-        ref = entry_ref(timer.partition, timer.id, due)
+        ref = ref_of(timer, due)
         at = self.log.locate([ref], consistent=True)[ref]
         entry = at.entry
         if entry is None or not entry.is_fire or (entry.fired or due) != due:

@@ -66,6 +66,17 @@ class EveryIn(_Strict):
 
 ScheduleIn = Annotated[AtIn | AfterIn | CronIn | EveryIn, Field(discriminator="type")]
 MisfireIn = Literal["fire_once", "fire_all", "skip"]
+WindowIn = Annotated[
+    Number,
+    Field(
+        ge=0,
+        le=900,
+        description="The flexible window in seconds (0..900, fractional ok): each fire lands "
+        "at a moment of the service's choosing in [due, due + window] - never before its due "
+        "time - so fires meet and cost less. 0: on the dot. Fire ids and `scheduled_at` stay "
+        "the due time; `lag_ms` counts from it",
+    ),
+]
 
 
 class TargetIn(_Strict):
@@ -113,6 +124,7 @@ class TimerCreate(_Strict):
     payload: JsonValue = Field(None, description="Any JSON value, <= 64 KiB serialized")
     misfire: MisfireIn = "fire_once"
     retry: RetryIn | None = None
+    window_seconds: WindowIn = 0
 
 
 class TimerBatchIn(_Strict):
@@ -129,8 +141,8 @@ _KEEP: Any = Field(None, json_schema_extra=_absent)
 
 class TimerPatch(_Strict):
     """Only the fields present are changed; ``null`` clears an optional field (``name``,
-    ``start_at``, ``end_at``, ``max_fires``, ``target``, ``payload``, ``retry``); ``schedule``
-    and ``misfire`` cannot be null."""
+    ``start_at``, ``end_at``, ``max_fires``, ``target``, ``payload``, ``retry``); ``schedule``,
+    ``misfire`` and ``window_seconds`` (0: none) cannot be null."""
 
     name: Annotated[str, Field(max_length=256)] | None = None
     schedule: ScheduleIn = _KEEP
@@ -141,6 +153,7 @@ class TimerPatch(_Strict):
     payload: JsonValue = None
     misfire: MisfireIn = _KEEP
     retry: RetryIn | None = None
+    window_seconds: WindowIn = _KEEP
 
 
 class PreviewIn(_Strict):
@@ -227,6 +240,10 @@ class TimerOut(_Out):
     payload: JsonValue
     misfire: MisfireIn
     retry: RetryOut | None = Field(description="The retry policy as given; null: the default")
+    window_seconds: float = Field(
+        description="The flexible window: each fire lands in [due, due + window_seconds]; "
+        "0: on the dot"
+    )
     status: TimerStatus
     next_fire_at: Timestamp | None
     fire_count: int
@@ -446,7 +463,12 @@ def to_spec(body: TimerCreate, payload_json: str) -> TimerSpec:
         target_headers=body.target.headers if body.target else None,
         misfire=body.misfire,
         retry=_retry(body.retry),
+        window_ms=window_ms(body.window_seconds),
     )
+
+
+def window_ms(seconds: float) -> int:
+    return round(seconds * 1000)
 
 
 def to_specs(body: TimerBatchIn) -> list[TimerSpec]:
@@ -489,6 +511,8 @@ def to_changes(body: TimerPatch, payload_json: str | None) -> dict[str, Any]:
             changes["payload_json"] = payload_json
         elif name == "retry":
             changes["retry"] = _retry(value)
+        elif name == "window_seconds":
+            changes["window_ms"] = window_ms(value)
         else:
             changes[name] = value
     return changes

@@ -38,7 +38,7 @@ from timers.core.times import format_ms
 from timers.core.views import fire_view, timer_view
 from timers.core.webhooks import RetryPolicy, Webhook, validate_target
 from timers.engine.changes import Changes
-from timers.engine.entries import entry_ref, partition_for, resolved
+from timers.engine.entries import partition_for, ref_of, resolved, spread_of
 from timers.engine.extra import Extras, merge
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,7 @@ class TimerSpec:
     target_headers: dict[str, str] | None = None
     misfire: Misfire = "fire_once"
     retry: RetryPolicy | None = None
+    window_ms: int = 0  # the flexible window
 
 
 @dataclass
@@ -160,8 +161,9 @@ class TimerService:
             end_ms=spec.end_ms,
             max_fires=spec.max_fires,
             retry=spec.retry,
+            window_ms=spec.window_ms,
         )
-        partition = partition_for(tenant.name, timer_id, tenant.spread)
+        partition = partition_for(tenant.name, timer_id, spread_of(tenant.spread, timer))
         return self.changes.with_expiry(replace(timer, rev=1, partition=partition), now)
 
     def _create_once(
@@ -330,7 +332,7 @@ class TimerService:
             else ([], None)
         )
         fires, chain_next, extras_below = merge(chain, more, extras, floor, limit)
-        refs = {pos: entry_ref(timer.partition, timer.id, pos) for pos, e in fires if e.hook}
+        refs = {pos: ref_of(timer, pos) for pos, e in fires if e.hook}
         records = self.deliveries.read_deliveries(refs.values()) if refs else {}
         go_on = None
         if chain_next is not None or extras_below:
@@ -404,12 +406,14 @@ class TimerService:
         return timer_view(resolved(timer, shown))
 
 
-# left out while unset: old hashes still match
-_ADDED_LATER = ("target_url", "target_headers", "retry")
+# left out while unset (their default): old hashes still match
+_ADDED_LATER = {"target_url": None, "target_headers": None, "retry": None, "window_ms": 0}
 
 
 def _fields(spec: TimerSpec) -> dict[str, Any]:
-    return {k: v for k, v in spec.__dict__.items() if not (k in _ADDED_LATER and v is None)}
+    return {
+        k: v for k, v in spec.__dict__.items() if not (k in _ADDED_LATER and v == _ADDED_LATER[k])
+    }
 
 
 def _fingerprint(specs: Sequence[TimerSpec], single: bool) -> str:

@@ -51,6 +51,8 @@ class TimerItem(Model):
     target = UnicodeAttribute()  # the target queue URL (an HTTP target: its URL)
     webhook = UnicodeAttribute(null=True)  # an HTTP target: {"url", "headers"} as JSON
     retry = UnicodeAttribute(null=True)  # the retry policy as JSON (absent: the default)
+    window_ms = NumberAttribute(null=True)  # the flexible window (absent: 0, on the dot)
+    grain_ms = NumberAttribute(null=True)  # its alignment when created (absent: 0): fixed
     payload = UnicodeAttribute(null=True)  # None: in the payload item
     misfire = UnicodeAttribute()
     status = UnicodeAttribute()
@@ -139,6 +141,8 @@ def to_timer(item: TimerItem, payload: str | None = None) -> Timer:
         expires_ms=_ms(item.expires_at),
         owed=bool(item.owed),
         retry=RetryPolicy.from_json(item.retry),
+        window_ms=int(item.window_ms or 0),
+        grain_ms=int(item.grain_ms or 0),
     )
 
 
@@ -178,6 +182,8 @@ class TimerStore(LowLevelClient):
             target=timer.webhook.url if timer.webhook else timer.target_queue_url,
             webhook=timer.webhook.to_json() if timer.webhook else None,
             retry=timer.retry.to_json() if timer.retry else None,
+            window_ms=timer.window_ms or None,
+            grain_ms=timer.grain_ms or None,
             payload=None if _external(timer) else timer.payload_json,
             misfire=timer.misfire,
             status=timer.status,

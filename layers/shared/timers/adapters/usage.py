@@ -2,9 +2,9 @@
 
 Item ``u/<tenant>/<YYYY-MM>/<shard>``: counts of that month (UTC) - ``enq`` fires enqueued,
 ``dlv`` delivered (an HTTP target's 2xx), ``fail`` failed, ``late`` enqueued more than 1 s
-after their due time, ``l0`` .. ``l5`` the enqueued fires by accuracy level (timers.core.lag:
-each fire counted in ``enq`` is counted in one of them, in the same ``ADD``), ``new`` timers
-created - and ``act``, the month's net change of active
+after their due time (after their flexible window's end), ``l0`` .. ``l5`` the enqueued fires
+by accuracy level (timers.core.lag: each fire counted in ``enq`` is counted in one of them, in
+the same ``ADD``), ``new`` timers created - and ``act``, the month's net change of active
 timers (+1 for a timer that becomes active: created, resumed, reset; -1 for one that stops:
 paused, deleted, completed by a change or by its last fire). Each writer adds what it recorded
 in one ``ADD`` per tenant and month (a trigger run, a delivery batch, a create request, a
@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from timers.adapters.dynamodb import LowLevelClient
-from timers.core.lag import LAG_LEVELS, lag_level
+from timers.core.lag import LAG_LEVELS, lag_level, lateness_ms
 
 log = logging.getLogger(__name__)
 
@@ -106,10 +106,9 @@ class UsageCounters(LowLevelClient):
 
 
 FINISHED = ("d", "f", "k")  # a fire log entry's states of a recorded fire: sent, failed, skipped
-Recorded = tuple[str, int, int, str, bool] | tuple[str, int, int, str, bool, int]
-"""A recorded fire: tenant, due ms, recorded at ms, its entry's state, its chain ended - and,
-optionally, its timer's flexible window in ms (left out: 0), which its accuracy level is
-measured from the end of."""
+Recorded = tuple[str, int, int, str, bool, int]
+"""A recorded fire: tenant, due ms, recorded at ms, its entry's state, its chain ended, its
+timer's flexible window in ms (its accuracy level is measured from the window's end)."""
 
 
 def fire_counts(recorded: Sequence[Recorded]) -> dict[tuple[str, str], dict[str, int]]:
@@ -117,15 +116,13 @@ def fire_counts(recorded: Sequence[Recorded]) -> dict[tuple[str, str], dict[str,
     ``skip``) counts nothing but the end of its chain; an enqueued one counts in ``enqueued``
     and in its accuracy level, always together (the levels add up to ``enqueued``)."""
     out: dict[tuple[str, str], dict[str, int]] = {}
-    for row in recorded:
-        tenant, due, at, state, ended = row[:5]
-        window = row[5] if len(row) > 5 else 0
+    for tenant, due, at, state, ended, window in recorded:
         counts = out.setdefault((tenant, month_of(at)), dict.fromkeys(COUNTS, 0))
         counts["active"] -= ended
         if state == "d":
             counts["enqueued"] += 1
             counts[lag_level(at - due, window)] += 1
-            counts["late_1s"] += at - due > LATE_MS
+            counts["late_1s"] += lateness_ms(at - due, window) > LATE_MS  # past its window
         elif state == "f":
             counts["failed"] += 1
     return out

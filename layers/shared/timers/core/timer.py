@@ -28,6 +28,7 @@ from timers.core.schedule import (
     validate_plan,
 )
 from timers.core.webhooks import STORED_HEADERS, RetryPolicy, Webhook, keeping_stored_values
+from timers.core.window import WINDOW_MAX_MS, grain_for
 
 Status = Literal["active", "paused", "completed"]
 STATUSES: tuple[Status, ...] = ("active", "paused", "completed")
@@ -49,6 +50,7 @@ _READ_ONLY = frozenset(
         "partition",
         "expires_ms",
         "owed",
+        "grain_ms",
     }
 )
 
@@ -80,6 +82,8 @@ class Timer:
     webhook: Webhook | None = None  # an HTTP target (then target_queue_url is "")
     owed: bool = False  # a fire claimed before the last change is unsent: stay findable (R4)
     retry: RetryPolicy | None = None  # how long an HTTP fire is retried (None: the default)
+    window_ms: int = 0  # the flexible window: a fire lands in [due, due + window] (core.window)
+    grain_ms: int = 0  # the window's alignment at creation, fixed: where its fire log entries live
 
     @property
     def plan(self) -> Plan:
@@ -121,9 +125,22 @@ def _check_plan(plan: Plan, now_ms: int, schedule_changed: bool) -> None:
         raise InvalidInput("the timer's schedule is invalid", errors)
 
 
-def _check_retry(retry: RetryPolicy | None) -> None:
+def _check_retry(retry: RetryPolicy | None, webhook: Webhook | None) -> None:
     if retry is not None and (errors := retry.errors()):
         raise InvalidInput("the timer's retry policy is invalid", errors)
+    if retry is not None and webhook is None:  # a queue's send is retried by the service itself
+        raise InvalidInput(
+            "a retry policy applies to HTTP targets only",
+            [FieldError("retry", "only for a target with a url (null it for a queue target)")],
+        )
+
+
+def _check_window(window_ms: int) -> None:
+    if not 0 <= window_ms <= WINDOW_MAX_MS:
+        raise InvalidInput(
+            "the timer's window is invalid",
+            [FieldError("window_seconds", f"from 0 to {WINDOW_MAX_MS // 1000}")],
+        )
 
 
 def _settle(timer: Timer, next_ms: int | None) -> Timer:
@@ -157,8 +174,10 @@ def create(
     max_fires: int | None = None,
     webhook: Webhook | None = None,
     retry: RetryPolicy | None = None,
+    window_ms: int = 0,
 ) -> Timer:
-    _check_retry(retry)
+    _check_retry(retry, webhook)
+    _check_window(window_ms)
     timer = Timer(
         tenant=tenant,
         id=timer_id,
@@ -175,6 +194,8 @@ def create(
         updated_ms=now_ms,
         webhook=webhook,
         retry=retry,
+        window_ms=window_ms,
+        grain_ms=grain_for(window_ms),
     )
     _check_plan(timer.plan, now_ms, schedule_changed=True)
     return _settle(timer, first_fire(timer.plan))
@@ -193,10 +214,12 @@ def patch(timer: Timer, changes: dict[str, Any], now_ms: int) -> Timer:
     unknown = set(changes) - {f for f in Timer.__dataclass_fields__ if f not in _READ_ONLY}
     if unknown:
         raise ValueError(f"not patchable: {sorted(unknown)}")
-    if "retry" in changes:
-        _check_retry(changes["retry"])
+    if "window_ms" in changes:
+        _check_window(changes["window_ms"])
     schedule_changed = "schedule" in changes
     updated = replace(timer, **changes, updated_ms=now_ms)
+    if {"retry", "webhook", "target_queue_url"} & set(changes):
+        _check_retry(updated.retry, updated.webhook)
     if schedule_changed:
         updated = replace(updated, anchor_ms=now_ms)
     if not _TIMING_FIELDS & set(changes):

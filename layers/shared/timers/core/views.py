@@ -33,6 +33,7 @@ def timer_view(timer: Timer) -> dict[str, Any]:
         "payload": json.loads(timer.payload_json),
         "misfire": timer.misfire,
         "retry": timer.retry.to_dict() if timer.retry else None,
+        "window_seconds": seconds_of(timer.window_ms),
         "status": timer.status,
         "next_fire_at": _time(timer.next_fire_ms),
         "fire_count": timer.fire_count,
@@ -40,6 +41,11 @@ def timer_view(timer: Timer) -> dict[str, Any]:
         "updated_at": _time(timer.updated_ms),
         "expires_at": _time(timer.expires_ms) if timer.status == "completed" else None,
     }
+
+
+def seconds_of(ms: int) -> int | float:
+    """Whole seconds as an int (60, not 60.0), else a float."""
+    return ms // 1000 if ms % 1000 == 0 else ms / 1000
 
 
 def fire_view(

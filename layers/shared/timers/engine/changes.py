@@ -29,9 +29,9 @@ from timers.engine.entries import (
     Cursor,
     Entry,
     drive,
-    entry_ref,
     fence,
     history,
+    ref_of,
     resolved,
     settled,
     walk,
@@ -170,7 +170,7 @@ class Changes:
         self, timer: Timer, start: int | None, limit: int
     ) -> tuple[list[tuple[int, Entry]], int | None]:
         """Up to ``limit`` fires newest first from ``start``; and where to go on."""
-        [(found, more)] = drive([history(timer.partition, timer.id, start, limit)], self.log.read)
+        [(found, more)] = drive([history(timer, start, limit)], self.log.read)
         return found, more
 
     # ---------------------------------------------------------------- change
@@ -231,7 +231,7 @@ class Changes:
             adopted = (
                 _adopted(owed, after) if after else replace(owed, rev=rev, next=None, end=True)
             )
-            ref = entry_ref(stored.partition, stored.id, pos)
+            ref = ref_of(stored, pos)
             writes.append(self.log.adopt_update(ref, adopted, owed))
             if after is not None:
                 # the checkpoint stays on the owed fire until it is recorded (R3); the timer
@@ -245,9 +245,7 @@ class Changes:
                     status="active" if after.status == "completed" else after.status,
                 )
         elif pos is not None:
-            writes.append(
-                self.log.fence_update(entry_ref(stored.partition, stored.id, pos), fence(rev))
-            )
+            writes.append(self.log.fence_update(ref_of(stored, pos), fence(rev)))
         if kept is not None:
             kept = self.with_expiry(kept, now, later=after)
             if listing := listing_of(kept):
@@ -274,7 +272,7 @@ class Changes:
         if cursor.pending is not None and cursor.pos is not None:
             times.append(cursor.pending.fired or cursor.pos)
         if cursor.last is not None:
-            ref = entry_ref(stored.partition, stored.id, cursor.last)
+            ref = ref_of(stored, cursor.last)
             entry = self.log.read([ref], consistent=True)[ref]
             times.append(entry.fired if entry is not None and entry.fired else cursor.last)
         return max(times, default=None)
@@ -289,7 +287,7 @@ class Changes:
                 return timer
             found = None
             if fired is None or pos > fired:
-                ref = entry_ref(timer.partition, timer.id, pos)
+                ref = ref_of(timer, pos)
                 found = self.log.read([ref], consistent=True)[ref]
                 if found is None or found.state == "t":
                     return timer

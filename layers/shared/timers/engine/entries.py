@@ -16,6 +16,7 @@ from typing import Literal, TypeVar
 
 from timers.core.schedule import Plan, catch_up, is_recurring, next_fire
 from timers.core.timer import Timer
+from timers.core.window import aligned
 
 CHECKPOINT_EVERY = 128
 """A chained timer's checkpoint moves every this many fires: a walk is <= 8 reads."""
@@ -42,17 +43,33 @@ def hold_ms(lookahead_ms: int, retention_ms: int) -> int:
     return max(lookahead_ms, min(HOLD_MS, retention_ms // (2 * CHECKPOINT_EVERY)))
 
 
-def claim_key(partition: int, pos: int) -> str:
-    return f"{partition}/{pos // 1000}"
+def claim_second(partition: int, pos: int, grain_ms: int = 0) -> int:
+    """The second whose fire-log item holds a position's entry: the position's own, or - a
+    timer with a window's grain - that of the aligned instant its fire is sent at, so that an
+    instant's fires of the partition share one item (timers.core.window)."""
+    return aligned(pos, grain_ms, partition) // 1000
 
 
-def entry_name(timer_id: str, pos: int) -> str:
-    """A function of (timer, position) only: whoever claims it meets the same entry."""
-    return f"{timer_id}@{pos % 1000:03d}"
+def entry_ref(partition: int, timer_id: str, pos: int, grain_ms: int = 0) -> EntryRef:
+    """A function of (timer, position) only - the grain is fixed at the timer's creation -
+    so whoever claims a position meets the same entry: ``<partition>/<second>`` and
+    ``<timer>@<ms from that second>`` (negative for a windowed fire due before it)."""
+    second = claim_second(partition, pos, grain_ms)
+    return f"{partition}/{second}", f"{timer_id}@{pos - second * 1000:03d}"
 
 
-def entry_ref(partition: int, timer_id: str, pos: int) -> EntryRef:
-    return claim_key(partition, pos), entry_name(timer_id, pos)
+def ref_of(timer: Timer, pos: int) -> EntryRef:
+    return entry_ref(timer.partition, timer.id, pos, timer.grain_ms)
+
+
+WINDOW_SPREAD = 1
+"""A timer with a window shares its tenant's home partition with the tenant's other windowed
+timers: their fires meet in one bucket, one run and one claim item per aligned instant."""
+
+
+def spread_of(spread: int, timer: Timer) -> int:
+    """The partitions a timer may land in: its tenant's spread, or WINDOW_SPREAD with a grain."""
+    return min(spread, WINDOW_SPREAD) if timer.grain_ms else spread
 
 
 def partition_for(tenant: str, timer_id: str, spread: int) -> int:
@@ -131,6 +148,12 @@ class Step:
     n: int  # fires including this one
     next_pos: int | None  # None: the timer is done
     jump: bool  # the chain leaves the plan's order here (a misfire decision)
+
+
+def misfire_grace_ms(timer: Timer) -> int:
+    """How late a position may be decided and still be merely late: MISFIRE_GRACE_MS after the
+    end of the timer's window (a fire anywhere in its window is on time)."""
+    return MISFIRE_GRACE_MS + timer.window_ms
 
 
 def step(timer: Timer, pos: int, n: int, now_ms: int, grace_ms: int = MISFIRE_GRACE_MS) -> Step:
@@ -214,7 +237,7 @@ def walk(timer: Timer) -> Reads[Cursor]:
         # it (adopted, the checkpoint kept on it) still counts once finished
         spent = timer.max_fires is not None and n >= timer.max_fires
         window = positions(timer.plan, pos, 1 if spent else CHECKPOINT_EVERY + 1)
-        refs = [entry_ref(timer.partition, timer.id, p) for p in window]
+        refs = [ref_of(timer, p) for p in window]
         entries: dict[int, Entry | None] = {}
         lo, hi = -1, len(window)  # window[lo] is finished, window[hi] is not
         while hi - lo > 1:
@@ -270,14 +293,14 @@ def settled(timer: Timer, cursor: Cursor) -> Timer:
 
 
 def history(
-    partition: int, timer_id: str, start: int | None, limit: int
+    timer: Timer, start: int | None, limit: int
 ) -> Reads[tuple[list[tuple[int, Entry]], int | None]]:
     """Up to ``limit`` fires, newest first, back along ``pv`` from ``start``; and where to
     continue (None: no older entry)."""
     fires: list[tuple[int, Entry]] = []
     pos = start
     while pos is not None and len(fires) < limit:
-        ref = entry_ref(partition, timer_id, pos)
+        ref = ref_of(timer, pos)
         entry = (yield [ref]).get(ref)
         if entry is None:
             return fires, None

@@ -35,7 +35,7 @@ from timers.adapters.usage import count_fires
 from timers.core.errors import ConcurrentUpdate, Unavailable, trace_frames
 from timers.core.schedule import first_fire, is_recurring, next_fire
 from timers.core.timer import Timer
-from timers.engine.entries import Entry, EntryRef, entry_ref
+from timers.engine.entries import Entry, EntryRef, ref_of
 from timers.engine.log import TTL, TTL_MARGIN_S, FireLog
 from timers.engine.trigger import ClockSync
 from timers.sending import Delivery, Sender, SqsPort
@@ -127,7 +127,8 @@ class Extras:
                 return timer, pos, done
             done = kept
         if self.usage is not None:  # never fails the request: the fire went
-            count_fires(self.usage, [(timer.tenant, pos, done.enqueued or pos, done.state, False)])
+            row = (timer.tenant, pos, done.enqueued or pos, done.state, False, 0)  # at once
+            count_fires(self.usage, [row])
         return timer, pos, done
 
     def _claim(
@@ -140,7 +141,7 @@ class Extras:
         for _ in range(CLAIM_TRIES):
             while pos == cursor_pos or occurs_at(timer, pos):
                 pos += 1
-            root = entry_ref(timer.partition, timer.id, pos)
+            root = ref_of(timer, pos)
             at = self.log.locate([root], consistent=True, learn=True)[root]
             if at.entry is not None:  # another extra fire of this millisecond
                 pos += 1
@@ -196,7 +197,7 @@ class Extras:
         lowest position read if older ones are listed (None: no more)."""
         positions = [p for p in self.listed(timer) if below is None or p < below]
         wanted = positions[:limit]
-        refs = {p: entry_ref(timer.partition, timer.id, p) for p in wanted}
+        refs = {p: ref_of(timer, p) for p in wanted}
         found = self.log.read(refs.values()) if refs else {}
         fires = [(p, e) for p in wanted if (e := found.get(refs[p])) is not None]
         return fires, wanted[-1] if len(positions) > limit else None

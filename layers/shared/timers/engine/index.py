@@ -24,6 +24,7 @@ from redis.exceptions import NoScriptError
 from timers.core.schedule import schedule_from_dict, schedule_to_dict
 from timers.core.timer import Timer
 from timers.core.webhooks import RetryPolicy, Webhook
+from timers.core.window import send_at
 from timers.engine import keys
 
 CHUNK = 500  # members per script call: bounds how long one call blocks Redis (and Lua's unpack)
@@ -58,6 +59,14 @@ class Card:
     def member(self) -> str:
         return member_of(self.timer.tenant, self.timer.id)
 
+    @property
+    def due_at(self) -> int:
+        """When its fire is sent: its position, or later within the timer's flexible window
+        (an aligned instant it shares with the fires of its partition: timers.core.window).
+        Its score in ``due`` while it waits."""
+        t = self.timer
+        return send_at(self.pos, t.window_ms, t.grain_ms, t.partition)
+
     def at(self, pos: int, n: int, pv: int | None, ckpt: int | None = None) -> Card:
         return replace(self, pos=pos, n=n, pv=pv, ckpt=self.ckpt if ckpt is None else ckpt)
 
@@ -81,6 +90,10 @@ class Card:
             body["w"] = t.webhook.to_dict()
         if t.retry is not None:
             body["r"] = t.retry.to_dict()
+        if t.window_ms:
+            body["wn"] = t.window_ms
+        if t.grain_ms:
+            body["gr"] = t.grain_ms
         pv = "" if self.pv is None else self.pv
         text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
         return f"{t.rev}|{self.pos}|{self.n}|{pv}|{self.ckpt}|{text}"
@@ -108,6 +121,8 @@ class Card:
             status=b["z"],
             webhook=webhook,
             retry=RetryPolicy.from_dict(b.get("r")),
+            window_ms=b.get("wn", 0),
+            grain_ms=b.get("gr", 0),
         )
         return cls(timer, int(pos), int(n), int(pv) if pv else None, int(ckpt))
 
@@ -186,12 +201,13 @@ class BucketIndex:
 
     def put(self, cards: Iterable[Card], keep_lease: bool = False) -> int:
         """Store each card where it is newer than what the bucket holds (a later revision, or a
-        later position of the same one), leasable from its position - or, ``keep_lease``, from
-        the score a stored member has (a change adopted by a claimed fire). Returns how many."""
+        later position of the same one), leasable from its ``due_at`` - or, ``keep_lease``,
+        from the score a stored member has (a change adopted by a claimed fire). Returns how
+        many."""
         rows = [
             (
                 c.timer.partition,
-                [c.member, c.timer.rev, c.pos, c.encode(), "" if keep_lease else c.pos],
+                [c.member, c.timer.rev, c.pos, c.encode(), "" if keep_lease else c.due_at],
             )
             for c in cards
         ]
@@ -247,7 +263,7 @@ class BucketIndex:
         self, bucket: int, moves: Sequence[tuple[Card, Card | None, int]],
         ended: Collection[str] = (), now: int = 0,
     ) -> int | None:  # fmt: skip
-        """Move each leased card on to the next (leasable from its position) or drop it (None),
+        """Move each leased card on to the next (leasable from its ``due_at``) or drop it (None),
         if it is still at the position leased and of no newer revision than the one given (a
         change since owns it); a dropped member in ``ended`` notes (at ``now``) that its
         revision's chain ended. Returns the bucket's earliest score."""
@@ -259,7 +275,7 @@ class BucketIndex:
                 card.pos,
                 rev,
                 drop if following is None else following.encode(),
-                NOTED + now if following is None else following.pos,
+                NOTED + now if following is None else following.due_at,
             ]
         return self._finish(bucket, args)
 

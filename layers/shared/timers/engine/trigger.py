@@ -36,6 +36,7 @@ from pynamodb.exceptions import PynamoDBException
 
 from timers.adapters.timers_table import TimerStore
 from timers.adapters.usage import FINISHED, count_fires
+from timers.core.lag import lateness_ms
 from timers.core.schedule import is_recurring
 from timers.core.timer import Timer
 from timers.engine.changes import Checkpoints
@@ -47,10 +48,10 @@ from timers.engine.entries import (
     Step,
     decide_claim,
     entry_for,
-    entry_name,
-    entry_ref,
     hold_ms,
+    misfire_grace_ms,
     needs_checkpoint,
+    ref_of,
     step,
     successor,
 )
@@ -257,11 +258,11 @@ class Job:
 
     @property
     def name(self) -> str:
-        return entry_name(self.timer.id, self.card.pos)
+        return self.root[1]
 
     @property
     def root(self) -> EntryRef:
-        return entry_ref(self.timer.partition, self.timer.id, self.card.pos)
+        return ref_of(self.timer, self.card.pos)
 
     @property
     def ref(self) -> EntryRef:
@@ -277,7 +278,7 @@ class Job:
 
     @property
     def send_at(self) -> int:
-        return max(self.card.pos, self.fire_ms)
+        return max(self.card.due_at, self.fire_ms)
 
     @property
     def done(self) -> Entry:
@@ -382,7 +383,7 @@ class Claimer:
         entries = {job.name: self._mine(job) for job in jobs}
         for attempt in range(CLAIM_ATTEMPTS):
             if not self.may_write():  # no time for it: the cards go back as they were
-                return Claimed(held={j.card: j.card.pos for j in jobs}, given_back=len(jobs))
+                return Claimed(held={j.card: j.card.due_at for j in jobs}, given_back=len(jobs))
             seen: dict[str, Any] = {}  # the item as it stood, if the claim is refused
             try:
                 if self.log.claim(key, entries, seen):
@@ -396,7 +397,7 @@ class Claimer:
                     continue
                 log.warning("claim failed; cards given back", exc_info=True)
         later = self.now() + CLAIM_RETRY_MS
-        return Claimed(held={j.card: max(j.card.pos, later) for j in jobs}, given_back=len(jobs))
+        return Claimed(held={j.card: max(j.card.due_at, later) for j in jobs}, given_back=len(jobs))
 
     def _mine(self, job: Job) -> Entry:
         assert job.decided is not None
@@ -410,7 +411,7 @@ class Claimer:
         decide: claim, take over (one write per item), wait, or drop."""
         out = Claimed()
         if not self.may_write():  # no time to look: back as they were
-            return Claimed(held={j.card: j.card.pos for j in jobs}, given_back=len(jobs))
+            return Claimed(held={j.card: j.card.due_at for j in jobs}, given_back=len(jobs))
         roots = [job.root for job in jobs]
         found = self.log.locate(roots, consistent=True, learn=True, seen=seen)
         now = self.now()
@@ -424,7 +425,7 @@ class Claimer:
                 at.entry, rev=job.timer.rev, fresh=job.fresh, owner=self.owner, now_ms=now
             )
             if action in ("claim", "take_over") and not self.may_write():
-                out.held[job.card] = job.card.pos
+                out.held[job.card] = job.card.due_at
             elif action == "claim" and at.entry is None:
                 to_claim[at.key].append(job)
                 counts[at.key] = at.count
@@ -451,7 +452,7 @@ class Claimer:
             full = counts[key] + len(group) > self.log.cap
             # depth: cannot happen while seals only go down; never loop. A seal takes time too.
             if depth > MAX_DEPTH + 1 or (full and not self.may_write()):
-                out.held.update({j.card: j.card.pos for j in group})
+                out.held.update({j.card: j.card.due_at for j in group})
             elif full:
                 self.log.seal(key)  # no room: its positions' homes are below it from now on
                 out.add(self._sort_out(group, depth + 1))
@@ -464,7 +465,7 @@ class Claimer:
         """Take the entries over in one write, all as read; if one changed meanwhile, each on
         its own (a raced one goes back, to be looked at again at once)."""
         if not self.may_write():
-            out.held.update({t.job.card: t.job.card.pos for t in takes})
+            out.held.update({t.job.card: t.job.card.due_at for t in takes})
             return
         if len(takes) > 1 and not self.log.take_over_many(
             key, {t.job.name: (t.mine, t.old) for t in takes}
@@ -473,7 +474,7 @@ class Claimer:
                 self._take(key, [take], out)
             return
         if len(takes) == 1 and not self.log.take_over(key, takes[0].job.name, *takes[0][1:]):
-            out.held[takes[0].job.card] = takes[0].job.card.pos
+            out.held[takes[0].job.card] = takes[0].job.card.due_at
             return
         for take in takes:
             take.job.entry = take.mine
@@ -708,7 +709,7 @@ class Run:
         now = self.sync.now()
         old = {c.member for c in cards if c.pos < now - self.deps.retention_ms // 2}
         if old and not self._affords(DYNAMO_CALL_MS):  # no time to read them: back as they are
-            self._release({c: c.pos for c in cards if c.member in old})
+            self._release({c: c.due_at for c in cards if c.member in old})
             cards = [c for c in cards if c.member not in old]
             old = set()
         keys = [(c.timer.tenant, c.timer.id) for c in cards if c.member in old]
@@ -722,7 +723,10 @@ class Run:
                     continue
                 card = replace(card, timer=stored)
             fresh = card.timer.status == "active"
-            decided = step(card.timer, card.pos, card.n, max(now, card.pos)) if fresh else None
+            grace = misfire_grace_ms(card.timer)  # a fire within its window is on time
+            decided = (
+                step(card.timer, card.pos, card.n, max(now, card.pos), grace) if fresh else None
+            )
             jobs.append(Job(card, fresh, decided))
         if gone:
             self.report.stale += len(gone)
@@ -776,7 +780,8 @@ class Run:
             by_ref[job.ref] = job
             if d.enqueued_ms is not None:
                 self.report.enqueued += 1
-                self.report.lags_ms.append(d.fired_ms - d.fire_ms)
+                # late past the window's end (on the dot: past the due time)
+                self.report.lags_ms.append(lateness_ms(d.fired_ms - d.fire_ms, job.timer.window_ms))
             else:
                 self.report.failed += 1
                 self.report.failures.append(f"{d.id}: {d.failure}")
@@ -798,6 +803,7 @@ class Run:
                 e.enqueued or self.sync.now(),
                 e.state,
                 e.end and e.rev == job.timer.rev,
+                job.timer.window_ms,
             )
             for job in recorded
             if (e := job.entry) is not None and e.state in FINISHED
@@ -880,7 +886,7 @@ class Run:
         unfinished: dict[Card, int] = {}
         for job in jobs:
             if not self._owner_known(job):
-                unfinished[job.card] = job.card.pos
+                unfinished[job.card] = job.card.due_at
                 continue
             timer = self._owner_of(job)
             following = None if timer is None else successor(job.done, job.card.pos, timer.plan)
@@ -892,7 +898,7 @@ class Run:
         for o in nexts:
             card, entry = o.job.card, o.job.done
             if written.get(card) is False:
-                unfinished[card] = card.pos
+                unfinished[card] = card.due_at
                 continue
             self.report.skipped += entry.state == "k"
             ckpt = o.following if written.get(card) and o.following else card.ckpt
@@ -965,7 +971,7 @@ class Run:
             log.exception("hand-back failed; claims will lapse")
         while self.held and self._affords(REDIS_CALL_MS):
             try:
-                self.deps.index.release(self.bucket, {c: c.pos for c in self.held.values()})
+                self.deps.index.release(self.bucket, {c: c.due_at for c in self.held.values()})
                 self.report.handed_back += len(self.held)
                 self.held = {}
             except Exception:  # a failover: its replica takes over in seconds, not a lease
