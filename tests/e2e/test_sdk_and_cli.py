@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from ops.ports import free_port
+from tests.support.admin_commands import admin_fails, check_every_admin_command, user_shell
 from tests.support.local_stack import RunningStack, admin
 from timers_client import Client, NotFound, ValidationError, after, cron, every
 
@@ -257,3 +259,25 @@ def test_cli_finds_make_runs_api_and_demo_key_in_its_state_file(
     assert whoami["callback_queue_url"] == local_stack.ready["Tenant demo callback queue: "]
     nothing = cli("ls", env={"LOCAL_STATE_DIR": "/nonexistent"}, check=False)
     assert nothing.returncode == 2 and "TIMERS_API" in nothing.stderr
+
+
+def test_every_admin_command_works_from_the_shell_that_ran_make_run(
+    local_stack: RunningStack,
+) -> None:
+    check_every_admin_command(local_stack, "admin-moto")
+
+
+def test_admin_says_in_one_line_what_it_cannot_reach(local_stack: RunningStack) -> None:
+    nowhere = free_port()
+    no_stack = user_shell(local_stack, AWS_PORT=str(nowhere), LOCAL_STATE_DIR="/nonexistent")
+    assert admin_fails(local_stack, "tenant", "create", "x", env=no_stack) == (
+        f"ops.admin: no local stack answers at http://127.0.0.1:{nowhere}: start one with "
+        "make run (or ENV=aws for the deployed stack)"
+    )
+    # moto answers, but the DynamoDB Local the shell names does not
+    no_dynamodb = user_shell(local_stack, DYNAMODB="local", DYNAMODB_PORT=str(nowhere),
+                             LOCAL_STATE_DIR="/nonexistent")  # fmt: skip
+    line = admin_fails(local_stack, "tenant", "create", "x", env=no_dynamodb)
+    assert line.startswith(
+        f"ops.admin: the local stack's DynamoDB does not answer at http://127.0.0.1:{nowhere} "
+    )
