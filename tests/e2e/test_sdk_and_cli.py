@@ -20,7 +20,7 @@ import pytest
 from ops.ports import free_port
 from tests.support.admin_commands import admin_fails, check_every_admin_command, user_shell
 from tests.support.local_stack import RunningStack, admin
-from timers_client import Client, NotFound, ValidationError, after, cron, every
+from timers_client import Client, NotFound, ValidationError, after, at, cron, every
 
 pytestmark = pytest.mark.e2e
 
@@ -142,6 +142,83 @@ def test_cli_schedules_tables_and_state_changes(env: dict[str, str], sdk: Client
     assert [t["id"] for t in json.loads(cli("--json", "ls", env=env).stdout)["items"]] == [
         weekdays["id"]
     ]
+
+
+def test_cli_quits_quietly_when_its_reader_goes_away(env: dict[str, str], sdk: Client) -> None:
+    """``timers ls --json | head -1``: far more than a pipe holds (6 x 50 KB), so the CLI is
+    still writing when head exits; it stops with no traceback, exit code 141 (SIGPIPE's)."""
+    for _ in range(6):
+        sdk.create(at("2099-01-01T00:00:00Z"), payload="x" * 50_000)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TIMERS_", "AWS_"))}
+    timers = subprocess.Popen([str(TIMERS), "ls", "--json"], env={**base, **env}, cwd="/",
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    assert timers.stdout is not None and timers.stderr is not None
+    head = subprocess.run(["head", "-1"], stdin=timers.stdout, capture_output=True, timeout=60)
+    timers.stdout.close()  # head holds the only reading end now; it has gone
+    stderr = timers.stderr.read()
+    assert timers.wait(60) == 141, stderr
+    assert (head.returncode, head.stdout, stderr) == (0, b"{\n", b"")
+
+
+def test_cli_rm_tries_every_id_and_reports_each_failure(env: dict[str, str], sdk: Client) -> None:
+    one, two = (sdk.create(after(3600)).id for _ in range(2))
+    run = cli("rm", "tmr_nope1", one, "tmr_nope2", two, env=env, check=False)
+    assert run.returncode == 1
+    assert run.stdout.splitlines() == [f"deleted {one}", f"deleted {two}"]
+    first, second = run.stderr.splitlines()
+    assert first.startswith("timers: tmr_nope1: 404 not_found: ")
+    assert second.startswith("timers: tmr_nope2: 404 not_found: ")
+    for gone in (one, two):
+        with pytest.raises(NotFound):
+            sdk.get(gone)
+    as_json = cli("--json", "rm", "tmr_nope1", env=env, check=False)
+    assert (as_json.returncode, json.loads(as_json.stdout)) == (1, {"deleted": []})
+    error = json.loads(as_json.stderr)
+    assert (error["id"], error["error"]["code"]) == ("tmr_nope1", "not_found")
+
+
+def test_cli_update_changes_what_it_is_given_and_clears_with_clear(
+    env: dict[str, str], sdk: Client
+) -> None:
+    made = sdk.create(every(60), name="before", max_fires=5, payload={"v": 1})
+    changed = json.loads(cli("--json", "update", made.id, "--name", "standup", "--cron",
+                             "0 7 * * 1-5", "--tz", "Europe/Berlin", "--payload", '{"v": 2}',
+                             "--clear", "max_fires", env=env).stdout)  # fmt: skip
+    assert (changed["id"], changed["name"], changed["payload"], changed["max_fires"]) == (
+        made.id, "standup", {"v": 2}, None,
+    )  # fmt: skip
+    assert changed["schedule"] == cron("0 7 * * 1-5", "Europe/Berlin")
+    assert sdk.get(made.id).schedule == cron("0 7 * * 1-5", "Europe/Berlin")
+    # Printed as create prints it; one retry bound given keeps the other.
+    shown = cli("update", made.id, "--in", "1h", "--retry-attempts", "3", env=env).stdout
+    assert f"id            {made.id}" in shown.splitlines()
+    assert {"schedule      after 3600s", "name          standup"} <= set(shown.splitlines())
+    cli("update", made.id, "--retry-max-age", "10m", env=env)
+    after_both = sdk.get(made.id)
+    assert after_both.retry == {"max_attempts": 3, "max_age_seconds": 600}
+    assert after_both.payload == {"v": 2}  # what was not given stays
+    cleared = json.loads(cli("--json", "update", made.id, "--clear", "name", "--clear",
+                             "payload", env=env).stdout)  # fmt: skip
+    assert (cleared["name"], cleared["payload"]) == (None, None)
+
+    # A bad combination: one line on stderr, exit code 2, nothing changed.
+    before = sdk.get(made.id)
+    for argv, says in [
+        (["--name", "x", "--clear", "name"], "timers: --clear name and --name: "),
+        (["--in", "5s", "--every", "5s"], "timers update: error: argument --every: not allowed"),
+        (["--tz", "UTC"], "timers: --tz is the time zone of a --cron schedule"),
+        (["--header", "A: b"], "timers: --header is a request header of an HTTP target"),
+        (["--clear", "schedule"], "timers update: error: argument --clear: invalid choice"),
+        ([], "timers: nothing to change"),
+    ]:
+        bad = cli("update", made.id, *argv, env=env, check=False)
+        assert bad.returncode == 2, (argv, bad.stderr)
+        [line] = bad.stderr.splitlines()
+        assert line.startswith(says), (argv, line)
+    assert sdk.get(made.id) == before
+    missing = cli("update", "tmr_nope", "--name", "x", env=env, check=False)
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("timers: 404 not_found: ")
 
 
 def test_cli_preview_and_errors(env: dict[str, str]) -> None:
