@@ -15,11 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 
 from ops.ports import free_port
 from tests.support.admin_commands import admin_fails, check_every_admin_command, user_shell
 from tests.support.local_stack import RunningStack, admin
+from tests.support.readme import code_block, substituted
 from timers_client import Client, NotFound, ValidationError, after, at, cron, every
 
 pytestmark = pytest.mark.e2e
@@ -358,3 +360,71 @@ def test_admin_says_in_one_line_what_it_cannot_reach(local_stack: RunningStack) 
     assert line.startswith(
         f"ops.admin: the local stack's DynamoDB does not answer at http://127.0.0.1:{nowhere} "
     )
+
+
+def shell_env(**settings: str) -> dict[str, str]:
+    """A user's shell: none of the suite's AWS, TIMERS_ or stack settings, plus ``settings``."""
+    drop = ("TIMERS_", "AWS_", "LOCAL_STATE_DIR")
+    return {**{k: v for k, v in os.environ.items() if not k.startswith(drop)}, **settings}
+
+
+def test_the_readmes_sdk_example_runs_twice_from_anywhere_and_leaves_nothing(
+    local_stack: RunningStack, tmp_path: Path
+) -> None:
+    key = admin(local_stack, "tenant", "create", "readme-sdk")["api_key"]
+    example = tmp_path / "example.py"
+    example.write_text(code_block("## Python SDK and the `timers` command", "python"))
+    env = shell_env(TIMERS_API=local_stack.api, TIMERS_API_KEY=key)
+    for _ in range(2):
+        run = subprocess.run([sys.executable, str(example)], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.rstrip().endswith("is gone")
+    with Client(local_stack.api, key) as client:
+        assert list(client.list()) == []
+    # No TIMERS_API, and no `make run` found from here: the error says what to set.
+    lost = subprocess.run([sys.executable, str(example)], env=shell_env(), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert lost.returncode == 1
+    last = lost.stderr.splitlines()[-1]
+    assert last.startswith("timers_client.client.ApiConfigError: set TIMERS_API to the API's ")
+
+
+def test_the_readmes_curl_example_reads_the_callback_of_its_own_timer(
+    local_stack: RunningStack, tmp_path: Path
+) -> None:
+    tenant = admin(local_stack, "tenant", "create", "readme-curl")
+    queue = tenant["callback_queue_url"]
+    sqs = boto3.client("sqs", endpoint_url=local_stack.aws_endpoint, region_name="us-east-1",
+                       aws_access_key_id="local", aws_secret_access_key="local")  # fmt: skip
+    with Client(local_stack.api, tenant["api_key"]) as client:
+        other = client.create(after(0), payload="another callback, first in the queue")
+        deadline = time.monotonic() + FIRE_TIMEOUT_S
+        while sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"][
+            "ApproximateNumberOfMessages"
+        ] == "0":  # fmt: skip
+            assert time.monotonic() < deadline, "the other timer did not fire"
+            time.sleep(0.2)
+        script = substituted(
+            code_block("The same with curl", "bash"),
+            {
+                "KEY=tk_...": f"KEY={tenant['api_key']}",
+                "http://127.0.0.1:4566/123456789012/timers-tenant-demo": queue,
+                "http://127.0.0.1:3000/v1": local_stack.api,
+                "http://127.0.0.1:4566": local_stack.aws_endpoint,
+                ".venv/bin/python": sys.executable,
+            },
+        )
+        run = subprocess.run(["bash", "-c", script], env=shell_env(), cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        created, callback = run.stdout.splitlines()
+        timer_id = created.removeprefix("created ")
+        assert timer_id != other.id and client.get(timer_id).payload == {"hello": "world"}
+        body = json.loads(callback)
+        assert (body["timer_id"], body["payload"]) == (timer_id, {"hello": "world"})
+        counts = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"]
+        waiting = int(counts["ApproximateNumberOfMessages"])
+        assert waiting + int(counts["ApproximateNumberOfMessagesNotVisible"]) == 1  # the other's
+        for timer in client.list():
+            client.delete(timer.id)
