@@ -14,10 +14,15 @@
                                          a new webhook signing secret; the old one keeps
                                          signing for H hours (default 24; 0 ends it now)
 
-The target is the local stack (``ENV=local``, default: the running ``make run``, else
-``AWS_PORT``, default 4566) or the deployed stack named in samconfig.toml (``ENV=aws``), whose
-outputs name the tables. Every command prints one JSON object as its last stdout line. Keys are
-stored hashed; only the local stack's demo key can be printed again (``tenant create demo``).
+The target is the local stack (``ENV=local``, default) or the deployed stack named in
+samconfig.toml (``ENV=aws``), whose outputs name the tables. The local stack is the running
+``make run`` (its state file, ``$LOCAL_STATE_DIR/stack.json``, names its moto and its DynamoDB -
+DynamoDB Local with ``DYNAMODB=local``); an ``AWS_PORT`` that is not that stack's means another
+one: moto on that port, with DynamoDB there too, or on ``DYNAMODB_PORT`` (default 8000) with
+``DYNAMODB=local``. A local stack is reached in its own region with its own fake credentials,
+whatever the shell says about AWS. Every command prints one JSON object as its last stdout
+line; a command that cannot be done prints one line on stderr and exits 1. Keys are stored
+hashed; only the local stack's demo key can be printed again (``tenant create demo``).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+from pynamodb.exceptions import PynamoDBException
 
 from ops.local import state as local_state
 from ops.local.spec import samconfig
@@ -52,6 +59,7 @@ class Target:
     settings: Settings
     sqs: Any
     known_keys: dict[str, str] = field(default_factory=dict)  # tenant -> a key we may reprint
+    dynamodb: str = "DynamoDB"  # where the tables are, for messages
 
     @property
     def tenants(self) -> TenantStore:
@@ -62,27 +70,47 @@ class NoStack(Exception):
     """Nothing answers where the local stack would be; the message says what to do."""
 
 
-def local_target() -> Target:
+def local_target(env: dict[str, str] | None = None) -> Target:
+    """The local stack: where its moto and its DynamoDB are, and the process's AWS settings
+    pointed there (the stack's region, fake credentials: moto keeps a region's resources apart,
+    and a shell's profile, session token or endpoints are for a real account, not this one)."""
+    env = dict(os.environ if env is None else env)
     running = local_state.read()
-    if os.environ.get("AWS_PORT") or running is None:
-        endpoint = f"http://127.0.0.1:{os.environ.get('AWS_PORT', '4566')}"
-        dynamodb = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or endpoint
-    else:
+    given = f"http://127.0.0.1:{env['AWS_PORT']}" if env.get("AWS_PORT") else None
+    if running is not None and given in (None, running["aws_endpoint"]):
         endpoint = running["aws_endpoint"]
         dynamodb = running.get("dynamodb_endpoint") or endpoint
-    if not _answers(endpoint) or not _answers(dynamodb):
+    else:  # no stack's state here, or AWS_PORT names another stack: its settings say where
+        endpoint = given or "http://127.0.0.1:4566"
+        local = env.get("DYNAMODB") == "local"
+        dynamodb = f"http://127.0.0.1:{env.get('DYNAMODB_PORT') or 8000}" if local else endpoint
+    if not _answers(endpoint):
         raise NoStack(
             f"no local stack answers at {endpoint}: start one with make run "
             "(or ENV=aws for the deployed stack)"
         )
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    for name, value in LOCAL_CREDENTIALS.items():
-        os.environ.setdefault(name, value)
-    os.environ["AWS_ENDPOINT_URL"] = endpoint  # pynamodb and boto3 both honour these
-    os.environ["AWS_ENDPOINT_URL_DYNAMODB"] = dynamodb  # DynamoDB Local with DYNAMODB=local
+    if not _answers(dynamodb):
+        raise NoStack(
+            f"the local stack's DynamoDB does not answer at {dynamodb} (its moto does, at "
+            f"{endpoint}): restart the stack (make run; DYNAMODB=local for DynamoDB Local)"
+        )
+    for name in [n for n in os.environ if n.startswith(_SHELL_AWS)]:
+        del os.environ[name]
+    os.environ.update(
+        LOCAL_CREDENTIALS,
+        AWS_DEFAULT_REGION=samconfig().get("region") or "us-east-1",  # the stack's (spec.py)
+        AWS_ENDPOINT_URL=endpoint,  # pynamodb and boto3 both honour these
+        AWS_ENDPOINT_URL_DYNAMODB=dynamodb,  # DynamoDB Local with DYNAMODB=local
+    )
     demo = running["demo"] if running and running["aws_endpoint"] == endpoint else None
     known = {demo["tenant"]: demo["api_key"]} if demo else {}
-    return Target(LOCAL_SETTINGS, boto3.client("sqs"), known)
+    return Target(LOCAL_SETTINGS, boto3.client("sqs"), known, dynamodb)
+
+
+_SHELL_AWS = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_REGION",
+              "AWS_ENDPOINT_URL", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")  # fmt: skip
+"""What a shell may set for a real AWS account (AWS_ENDPOINT_URL_* too, by its prefix),
+dropped before the local stack is reached."""
 
 
 def _answers(endpoint: str) -> bool:
@@ -132,7 +160,10 @@ def create_tenant(target: Target, name: str, api_key: str | None = None) -> dict
 
 
 def run(target: Target, argv: Sequence[str]) -> dict[str, Any]:
-    args = _parser().parse_args(argv)
+    return execute(target, _parser().parse_args(argv))
+
+
+def execute(target: Target, args: argparse.Namespace) -> dict[str, Any]:
     tenants = target.tenants
     match (args.noun, args.verb):
         case ("tenant", "create"):
@@ -224,18 +255,35 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)  # a usage error: exit 2
+    target = None
     try:
         target = aws_target() if os.environ.get("ENV", "local") == "aws" else local_target()
-    except NoStack as exc:
-        print(f"ops.admin: {exc}", file=sys.stderr)
-        return 1
-    try:
-        result = run(target, sys.argv[1:] if argv is None else argv)
-    except DomainError as exc:
-        print(json.dumps({"error": {"code": exc.code, "message": exc.message}}))
+        result = execute(target, args)
+    except (NoStack, DomainError, PynamoDBException, BotoCoreError, ClientError) as exc:
+        print(f"ops.admin: {failure(exc, target)}", file=sys.stderr)  # one line, no traceback
         return 1
     print(json.dumps(result))
     return 0
+
+
+def failure(exc: Exception, target: Target | None) -> str:
+    """What stopped a command, in one line."""
+    if isinstance(exc, DomainError):
+        details = "; ".join(f"{d.field}: {d.message}" for d in exc.details)
+        return f"{exc.message} ({details})" if details else exc.message
+    cause = exc.cause if isinstance(exc, PynamoDBException) and exc.cause is not None else exc
+    if isinstance(cause, ClientError):
+        error = cause.response.get("Error", {})
+        code, message = error.get("Code", "error"), error.get("Message", "")
+        if code == "ResourceNotFoundException" and target is not None:
+            return (
+                f"no table {target.settings.tenants_table} at {target.dynamodb} ({message}): "
+                "is that the DynamoDB of this project's stack? (make run writes where it is "
+                "into .local/stack.json; DYNAMODB=local with DYNAMODB_PORT names DynamoDB Local)"
+            )
+        return f"{cause.operation_name}: {code}: {message}"
+    return " ".join(str(exc).split())  # botocore's own messages say what and where
 
 
 if __name__ == "__main__":

@@ -29,12 +29,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from timers_client.client import TIMER_FIELDS
 from timers_client.errors import ApiError
 from timers_client.models import Timer
 
 BATCH = 100  # the batch endpoint's limit
-CREATE_FIELDS = ("name", "schedule", "start_at", "end_at", "max_fires", "target", "payload",
-                 "misfire", "retry")  # fmt: skip
 EXPORT_ONLY = ("id", "status", "fire_count")
 _INDEX = re.compile(r"timers\[([0-9]+)\]\.?(.*)")
 
@@ -44,7 +43,7 @@ def export_line(timer: Timer, default_queue: str | None) -> str:
     written as the ``at`` it stands for; the tenant's own queue is left implicit, so the line
     imports into another tenant or deployment too."""
     line: dict[str, Any] = {"id": timer.id}
-    for name in CREATE_FIELDS:
+    for name in TIMER_FIELDS:  # what a create sets
         value = getattr(timer, name)
         if value is not None:
             line[name] = value

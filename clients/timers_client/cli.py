@@ -2,7 +2,8 @@
 
     timers create --in 30s --payload '{"a":1}'
     timers create --cron '0 7 * * 1-5' --tz Europe/Berlin --name standup
-    timers ls | timers get ID | timers fires ID | timers pause|resume|reset|rm ID
+    timers ls | timers get ID | timers fires ID | timers pause|resume|reset ID | timers rm ID...
+    timers update ID --name standup --cron '0 8 * * 1-5' --clear max_fires
     timers run ID                    # one extra fire now, besides the schedule
     timers keys ls | timers keys create [--label L] | timers keys revoke KEY_ID
     timers usage [--month 2026-11]   # fires enqueued, delivered, failed, late; timers
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -30,7 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import httpx
@@ -171,6 +173,10 @@ def show_timer(timer: Any) -> str:
 # ---------------------------------------------------------------- commands
 
 
+def _schedule_given(args: argparse.Namespace) -> bool:
+    return any(v is not None for v in (args.in_, args.at, args.every, args.cron))
+
+
 def _schedule(args: argparse.Namespace) -> dict[str, Any]:
     if args.in_ is not None:
         return after(args.in_)
@@ -188,16 +194,26 @@ def header_value(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
-def cmd_create(client: Client, args: argparse.Namespace) -> Any:
-    target = {"queue_url": args.queue_url} if args.queue_url else None
+def _target(args: argparse.Namespace) -> dict[str, Any] | None:
+    if args.header and not args.url:
+        raise UsageError("--header is a request header of an HTTP target: give --url too")
     if args.url:
-        target = {"url": args.url, **({"headers": dict(args.header)} if args.header else {})}
+        return {"url": args.url, **({"headers": dict(args.header)} if args.header else {})}
+    return {"queue_url": args.queue_url} if args.queue_url else None
+
+
+def _retry(args: argparse.Namespace) -> dict[str, Any] | None:
     retry = {k: v for k, v in (("max_attempts", args.retry_attempts),
              ("max_age_seconds", args.retry_max_age)) if v is not None}  # fmt: skip
+    return retry or None
+
+
+def cmd_create(client: Client, args: argparse.Namespace) -> Any:
     timer = client.create(
         _schedule(args), name=args.name, start_at=args.start, end_at=args.end,
-        max_fires=args.max_fires, target=target, payload=args.payload, misfire=args.misfire,
-        retry=retry or None, idempotency_key=args.idempotency_key,
+        max_fires=args.max_fires, target=_target(args), payload=args.payload,
+        misfire=args.misfire, retry=_retry(args), window=args.window,
+        idempotency_key=args.idempotency_key,
     )  # fmt: skip
     return timer, lambda: show_timer(timer)
 
@@ -332,9 +348,73 @@ def cmd_run(client: Client, args: argparse.Namespace) -> Any:
 
 
 def cmd_rm(client: Client, args: argparse.Namespace) -> Any:
+    """Every id is tried; each one that fails is a line on stderr, and the exit code is 1 if
+    any did (as rm does)."""
+    deleted = []
     for timer_id in args.ids:
-        client.delete(timer_id)
-    return {"deleted": args.ids}, lambda: "\n".join(f"deleted {i}" for i in args.ids)
+        try:
+            client.delete(timer_id)
+        except ApiError as exc:
+            print(error_line(exc, args.json, timer_id), file=sys.stderr)
+            continue
+        deleted.append(timer_id)
+    text = "\n".join(f"deleted {i}" for i in deleted)
+    return {"deleted": deleted}, lambda: text, 0 if len(deleted) == len(args.ids) else 1
+
+
+NOT_GIVEN: Any = object()
+"""An option of ``timers update`` that was not given: that field is left as it is."""
+
+
+def _given(value: Any) -> Any:
+    return NOT_GIVEN if value is None else value
+
+
+# What `timers update` sends, by PATCH field: the value its options give, else NOT_GIVEN. A new
+# field (--window: window_seconds; --group: group) is an option in _timer_options, a line here,
+# its options in FIELD_OPTIONS and, if null clears it, its name in CLEARABLE.
+UPDATE_FIELDS: dict[str, Callable[[argparse.Namespace], Any]] = {
+    "name": lambda a: _given(a.name),
+    "schedule": lambda a: _schedule(a) if _schedule_given(a) else NOT_GIVEN,
+    "start_at": lambda a: _given(a.start),
+    "end_at": lambda a: _given(a.end),
+    "max_fires": lambda a: _given(a.max_fires),
+    "target": lambda a: _given(_target(a)),
+    "payload": lambda a: a.payload,  # NOT_GIVEN by default: --payload null is JSON null
+    "misfire": lambda a: _given(a.misfire),
+    "retry": lambda a: _given(_retry(a)),
+    "window": lambda a: _given(a.window),
+}
+FIELD_OPTIONS = {
+    "name": "--name", "schedule": "--in/--at/--every/--cron", "start_at": "--start",
+    "end_at": "--end", "max_fires": "--max-fires", "target": "--queue-url/--url",
+    "payload": "--payload", "misfire": "--misfire", "retry": "--retry-attempts/--retry-max-age",
+    "window": "--window",
+}  # fmt: skip
+CLEARABLE = ("name", "start_at", "end_at", "max_fires", "target", "payload", "retry")
+"""The fields a PATCH's null clears (``--clear FIELD``); a schedule and misfire cannot be."""
+
+
+def update_changes(args: argparse.Namespace) -> dict[str, Any]:
+    """The PATCH body's fields from ``timers update``'s options (a UsageError if they clash)."""
+    changes = {field: value for field, read in UPDATE_FIELDS.items()
+               if (value := read(args)) is not NOT_GIVEN}  # fmt: skip
+    for field in args.clear or []:
+        if field in changes:
+            raise UsageError(f"--clear {field} and {FIELD_OPTIONS[field]}: set it or clear it")
+        changes[field] = None
+    if not changes:
+        raise UsageError("nothing to change: give an option (timers update --help)")
+    return changes
+
+
+def cmd_update(client: Client, args: argparse.Namespace) -> Any:
+    changes = update_changes(args)
+    retry = changes.get("retry")
+    if retry is not None and len(retry) == 1:  # one bound given: the other stays as it is
+        changes["retry"] = {**(client.get(args.id).retry or {}), **retry}
+    timer = client.patch(args.id, **changes)
+    return timer, lambda: show_timer(timer)
 
 
 def cmd_preview(client: Client, args: argparse.Namespace) -> Any:
@@ -412,6 +492,28 @@ def _schedule_options(parser: argparse.ArgumentParser, required: bool) -> None:
     parser.add_argument("--start", metavar="TIME", help="no fire before this RFC 3339 time")
     parser.add_argument("--end", metavar="TIME", help="no fire after this RFC 3339 time")
     parser.add_argument("--max-fires", type=whole_number, metavar="N")
+
+
+def _timer_options(parser: argparse.ArgumentParser) -> None:
+    """What a timer is made of besides its schedule: create's options, and update's."""
+    parser.add_argument("--name")
+    parser.add_argument("--payload", type=payload_value, metavar="JSON|@FILE|-",
+                        help="any JSON value, delivered verbatim; @FILE reads it from FILE, "
+                        "- from standard input")  # fmt: skip
+    parser.add_argument("--misfire", choices=["fire_once", "fire_all", "skip"])
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--queue-url", help="target queue (default: the tenant's)")
+    where.add_argument("--url", help="HTTP target: POST there, signed (Standard Webhooks)")
+    parser.add_argument("--header", type=header_value, action="append",
+                        help="with --url: 'Name: value', repeatable")  # fmt: skip
+    parser.add_argument("--retry-attempts", type=whole_number, metavar="N",
+                        help="an HTTP fire is POSTed at most N times (1..100)")  # fmt: skip
+    parser.add_argument("--retry-max-age", type=whole_seconds, metavar="DURATION",
+                        help="an HTTP fire is retried until this long after its due time "
+                        "(60s..24h)")  # fmt: skip
+    parser.add_argument("--window", type=duration, metavar="DURATION",
+                        help="the flexible window (0s..15m): each fire lands in [due, due + "
+                        "window], at a moment that batches it with others - cheaper")  # fmt: skip
 
 
 def cmd_export(client: Client, args: argparse.Namespace) -> Any:
@@ -495,14 +597,21 @@ def _global_options(parser: argparse.ArgumentParser, after_command: bool = False
                         help="print JSON instead of tables")  # fmt: skip
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line (what is wrong, and where to read more), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="timers",
         description="Second-precision timers that call back to SQS.",
         epilog="Config: --api/--api-key, TIMERS_API/TIMERS_API_KEY, or the running `make run`.",
     )
     _global_options(p)
-    after_command = argparse.ArgumentParser(add_help=False)
+    after_command = OneLineParser(add_help=False)
     _global_options(after_command, after_command=True)
     commands = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -512,23 +621,21 @@ def parser() -> argparse.ArgumentParser:
 
     create = command("create", help="create a timer")
     _schedule_options(create, required=True)
-    create.add_argument("--name")
-    create.add_argument("--payload", type=payload_value, metavar="JSON|@FILE|-",
-                        help="any JSON value, delivered verbatim; @FILE reads it from FILE, "
-                        "- from standard input")  # fmt: skip
-    create.add_argument("--misfire", choices=["fire_once", "fire_all", "skip"])
-    where = create.add_mutually_exclusive_group()
-    where.add_argument("--queue-url", help="target queue (default: the tenant's)")
-    where.add_argument("--url", help="HTTP target: POST there, signed (Standard Webhooks)")
-    create.add_argument("--header", type=header_value, action="append",
-                        help="with --url: 'Name: value', repeatable")  # fmt: skip
-    create.add_argument("--retry-attempts", type=whole_number, metavar="N",
-                        help="an HTTP fire is POSTed at most N times (1..100)")  # fmt: skip
-    create.add_argument("--retry-max-age", type=whole_seconds, metavar="DURATION",
-                        help="an HTTP fire is retried until this long after its due time "
-                        "(60s..24h)")  # fmt: skip
+    _timer_options(create)
     create.add_argument("--idempotency-key")
     create.set_defaults(run=cmd_create)
+
+    update = command(
+        "update",
+        help="change a timer: the options given (as create takes them), --clear FIELD sets "
+        "FIELD to none; the next fire is recomputed",
+    )
+    update.add_argument("id")
+    _schedule_options(update, required=False)
+    _timer_options(update)
+    update.add_argument("--clear", action="append", choices=CLEARABLE, metavar="FIELD",
+                        help=f"clear this field (repeatable): {', '.join(CLEARABLE)}")  # fmt: skip
+    update.set_defaults(run=cmd_update, payload=NOT_GIVEN)
 
     whoami = command("whoami", help="the tenant of the key, and its callback queue")
     whoami.set_defaults(run=cmd_whoami)
@@ -636,11 +743,33 @@ def _to_json(value: Any) -> Any:
     return value
 
 
+PIPE_CLOSED = 141
+"""The exit code when the reader of standard output went away (``timers ls | head -1``): what
+a shell reports for a Unix tool that SIGPIPE ended (128 + 13), so ``set -o pipefail`` scripts
+see what they see for ``cat`` or ``grep`` - and never mistake it for an API error (1) or a
+usage error (2)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        code = run(argv)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is one more thing caught below
+    except BrokenPipeError:
+        # Quietly, as Unix tools do. What is still buffered goes nowhere: stdout is pointed at
+        # /dev/null, so the interpreter's own flush at exit has nothing to complain about.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return PIPE_CLOSED
+    return code
+
+
+def run(argv: Sequence[str] | None = None) -> int:
     arguments = parser()
     args = arguments.parse_args(argv)
     if getattr(args, "tz", None) is not None and getattr(args, "cron", None) is None:
-        arguments.error("--tz is the time zone of a --cron schedule; give --cron too")
+        print("timers: --tz is the time zone of a --cron schedule; give --cron too",
+              file=sys.stderr)  # fmt: skip
+        return 2
     try:
         config = Config.from_env()
     except ApiConfigError as exc:
@@ -658,16 +787,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return cmd_tail(client, args, config)
             result, human, *status = args.run(client, args)
             if result is not None:
-                print(json.dumps(_to_json(result), indent=2) if args.json else human())
+                text = json.dumps(_to_json(result), indent=2) if args.json else human()
+                if text:
+                    print(text)
             if status:
                 return int(status[0])
     except ApiError as exc:
-        if args.json:
-            print(json.dumps({"error": {"status": exc.status, "code": exc.code,
-                   "message": exc.message, "details": [asdict(d) for d in exc.details]}}),
-                  file=sys.stderr)  # fmt: skip
-        else:
-            print(f"timers: {exc}", file=sys.stderr)
+        print(error_line(exc, args.json), file=sys.stderr)
         return 1
     except UsageError as exc:
         print(f"timers: {exc}", file=sys.stderr)
@@ -678,6 +804,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def error_line(exc: ApiError, as_json: bool, timer_id: str | None = None) -> str:
+    """An API error as one line of stderr: the contract's error object with --json."""
+    if as_json:
+        error = {"status": exc.status, "code": exc.code, "message": exc.message,
+                 "details": [asdict(d) for d in exc.details]}  # fmt: skip
+        return json.dumps({"id": timer_id, "error": error} if timer_id else {"error": error})
+    return f"timers: {timer_id}: {exc}" if timer_id else f"timers: {exc}"
 
 
 def unreachable(config: Config, exc: httpx.TransportError) -> str:

@@ -114,8 +114,9 @@ class Config:
         api = env.get("TIMERS_API") or (state or {}).get("api_url")
         if not api:
             raise ApiConfigError(
-                "no API: set TIMERS_API (e.g. https://<id>.execute-api.<region>.amazonaws.com/v1)"
-                " and TIMERS_API_KEY, or start the local stack with `make run`"
+                "set TIMERS_API to the API's base URL (the API: line `make run` prints, or a "
+                "deployment's ApiUrl) and TIMERS_API_KEY to a tenant's key: no running `make "
+                "run` was found from this directory (or in LOCAL_STATE_DIR)"
             )
         key = env.get("TIMERS_API_KEY")
         from_state = state is not None and state.get("api_url") == api

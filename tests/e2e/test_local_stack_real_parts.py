@@ -22,6 +22,12 @@ import pytest
 import redis
 
 from ops.dynamodb_local import client as dynamodb_client
+from tests.support.admin_commands import (
+    admin_fails,
+    admin_ok,
+    check_every_admin_command,
+    user_shell,
+)
 from tests.support.callbacks import drain
 from tests.support.local_stack import (
     RunningStack,
@@ -126,6 +132,19 @@ def test_make_tenant_works_against_dynamodb_local(stack: RunningStack) -> None:
     assert admin(stack, "tenant", "create", "demo")["api_key"] == DEMO_KEY  # read from state
     status, body, _ = stack.request("GET", "/tenant", key=made["api_key"])
     assert (status, body["tenant"]) == (200, "acme")
+
+
+def test_every_admin_command_works_against_dynamodb_local(stack: RunningStack) -> None:
+    """From the shell that ran ``REDIS_SHARDS=3 DYNAMODB=local make run`` with its own ports
+    (AWS_PORT exported): the tables are on DynamoDB Local, never on moto at AWS_PORT."""
+    check_every_admin_command(stack, "admin-real-parts")
+    # Without the state file, the shell's DYNAMODB=local and DYNAMODB_PORT say where it is ...
+    elsewhere = user_shell(stack, LOCAL_STATE_DIR="/nonexistent")
+    assert admin_ok(stack, "tenant", "show", "admin-real-parts", env=elsewhere)["spread"] == 4
+    # ... and without them, moto at AWS_PORT has no tables: one line says so.
+    on_moto = {k: v for k, v in elsewhere.items() if k != "DYNAMODB"}
+    line = admin_fails(stack, "tenant", "show", "admin-real-parts", env=on_moto)
+    assert line.startswith(f"ops.admin: no table TenantsTable at {stack.aws_endpoint} ")
 
 
 def test_a_dead_master_is_replaced_and_timers_keep_firing(stack: RunningStack, sqs: Any) -> None:

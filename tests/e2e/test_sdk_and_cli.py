@@ -15,10 +15,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 
+from ops.ports import free_port
+from tests.support.admin_commands import admin_fails, check_every_admin_command, user_shell
 from tests.support.local_stack import RunningStack, admin
-from timers_client import Client, NotFound, ValidationError, after, cron, every
+from tests.support.readme import code_block, substituted
+from timers_client import Client, NotFound, ValidationError, after, at, cron, every
 
 pytestmark = pytest.mark.e2e
 
@@ -142,6 +146,83 @@ def test_cli_schedules_tables_and_state_changes(env: dict[str, str], sdk: Client
     ]
 
 
+def test_cli_quits_quietly_when_its_reader_goes_away(env: dict[str, str], sdk: Client) -> None:
+    """``timers ls --json | head -1``: far more than a pipe holds (6 x 50 KB), so the CLI is
+    still writing when head exits; it stops with no traceback, exit code 141 (SIGPIPE's)."""
+    for _ in range(6):
+        sdk.create(at("2099-01-01T00:00:00Z"), payload="x" * 50_000)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("TIMERS_", "AWS_"))}
+    timers = subprocess.Popen([str(TIMERS), "ls", "--json"], env={**base, **env}, cwd="/",
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    assert timers.stdout is not None and timers.stderr is not None
+    head = subprocess.run(["head", "-1"], stdin=timers.stdout, capture_output=True, timeout=60)
+    timers.stdout.close()  # head holds the only reading end now; it has gone
+    stderr = timers.stderr.read()
+    assert timers.wait(60) == 141, stderr
+    assert (head.returncode, head.stdout, stderr) == (0, b"{\n", b"")
+
+
+def test_cli_rm_tries_every_id_and_reports_each_failure(env: dict[str, str], sdk: Client) -> None:
+    one, two = (sdk.create(after(3600)).id for _ in range(2))
+    run = cli("rm", "tmr_nope1", one, "tmr_nope2", two, env=env, check=False)
+    assert run.returncode == 1
+    assert run.stdout.splitlines() == [f"deleted {one}", f"deleted {two}"]
+    first, second = run.stderr.splitlines()
+    assert first.startswith("timers: tmr_nope1: 404 not_found: ")
+    assert second.startswith("timers: tmr_nope2: 404 not_found: ")
+    for gone in (one, two):
+        with pytest.raises(NotFound):
+            sdk.get(gone)
+    as_json = cli("--json", "rm", "tmr_nope1", env=env, check=False)
+    assert (as_json.returncode, json.loads(as_json.stdout)) == (1, {"deleted": []})
+    error = json.loads(as_json.stderr)
+    assert (error["id"], error["error"]["code"]) == ("tmr_nope1", "not_found")
+
+
+def test_cli_update_changes_what_it_is_given_and_clears_with_clear(
+    env: dict[str, str], sdk: Client
+) -> None:
+    made = sdk.create(every(60), name="before", max_fires=5, payload={"v": 1})
+    changed = json.loads(cli("--json", "update", made.id, "--name", "standup", "--cron",
+                             "0 7 * * 1-5", "--tz", "Europe/Berlin", "--payload", '{"v": 2}',
+                             "--clear", "max_fires", env=env).stdout)  # fmt: skip
+    assert (changed["id"], changed["name"], changed["payload"], changed["max_fires"]) == (
+        made.id, "standup", {"v": 2}, None,
+    )  # fmt: skip
+    assert changed["schedule"] == cron("0 7 * * 1-5", "Europe/Berlin")
+    assert sdk.get(made.id).schedule == cron("0 7 * * 1-5", "Europe/Berlin")
+    # Printed as create prints it; one retry bound given keeps the other.
+    shown = cli("update", made.id, "--in", "1h", "--retry-attempts", "3", env=env).stdout
+    assert f"id            {made.id}" in shown.splitlines()
+    assert {"schedule      after 3600s", "name          standup"} <= set(shown.splitlines())
+    cli("update", made.id, "--retry-max-age", "10m", env=env)
+    after_both = sdk.get(made.id)
+    assert after_both.retry == {"max_attempts": 3, "max_age_seconds": 600}
+    assert after_both.payload == {"v": 2}  # what was not given stays
+    cleared = json.loads(cli("--json", "update", made.id, "--clear", "name", "--clear",
+                             "payload", env=env).stdout)  # fmt: skip
+    assert (cleared["name"], cleared["payload"]) == (None, None)
+
+    # A bad combination: one line on stderr, exit code 2, nothing changed.
+    before = sdk.get(made.id)
+    for argv, says in [
+        (["--name", "x", "--clear", "name"], "timers: --clear name and --name: "),
+        (["--in", "5s", "--every", "5s"], "timers update: error: argument --every: not allowed"),
+        (["--tz", "UTC"], "timers: --tz is the time zone of a --cron schedule"),
+        (["--header", "A: b"], "timers: --header is a request header of an HTTP target"),
+        (["--clear", "schedule"], "timers update: error: argument --clear: invalid choice"),
+        ([], "timers: nothing to change"),
+    ]:
+        bad = cli("update", made.id, *argv, env=env, check=False)
+        assert bad.returncode == 2, (argv, bad.stderr)
+        [line] = bad.stderr.splitlines()
+        assert line.startswith(says), (argv, line)
+    assert sdk.get(made.id) == before
+    missing = cli("update", "tmr_nope", "--name", "x", env=env, check=False)
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("timers: 404 not_found: ")
+
+
 def test_cli_preview_and_errors(env: dict[str, str]) -> None:
     times = cli("preview", "--every", "90s", "--start", "2099-01-01T00:00:00Z", "--count", "3",
                 env=env).stdout.split()  # fmt: skip
@@ -257,3 +338,93 @@ def test_cli_finds_make_runs_api_and_demo_key_in_its_state_file(
     assert whoami["callback_queue_url"] == local_stack.ready["Tenant demo callback queue: "]
     nothing = cli("ls", env={"LOCAL_STATE_DIR": "/nonexistent"}, check=False)
     assert nothing.returncode == 2 and "TIMERS_API" in nothing.stderr
+
+
+def test_every_admin_command_works_from_the_shell_that_ran_make_run(
+    local_stack: RunningStack,
+) -> None:
+    check_every_admin_command(local_stack, "admin-moto")
+
+
+def test_admin_says_in_one_line_what_it_cannot_reach(local_stack: RunningStack) -> None:
+    nowhere = free_port()
+    no_stack = user_shell(local_stack, AWS_PORT=str(nowhere), LOCAL_STATE_DIR="/nonexistent")
+    assert admin_fails(local_stack, "tenant", "create", "x", env=no_stack) == (
+        f"ops.admin: no local stack answers at http://127.0.0.1:{nowhere}: start one with "
+        "make run (or ENV=aws for the deployed stack)"
+    )
+    # moto answers, but the DynamoDB Local the shell names does not
+    no_dynamodb = user_shell(local_stack, DYNAMODB="local", DYNAMODB_PORT=str(nowhere),
+                             LOCAL_STATE_DIR="/nonexistent")  # fmt: skip
+    line = admin_fails(local_stack, "tenant", "create", "x", env=no_dynamodb)
+    assert line.startswith(
+        f"ops.admin: the local stack's DynamoDB does not answer at http://127.0.0.1:{nowhere} "
+    )
+
+
+def shell_env(**settings: str) -> dict[str, str]:
+    """A user's shell: none of the suite's AWS, TIMERS_ or stack settings, plus ``settings``."""
+    drop = ("TIMERS_", "AWS_", "LOCAL_STATE_DIR")
+    return {**{k: v for k, v in os.environ.items() if not k.startswith(drop)}, **settings}
+
+
+def test_the_readmes_sdk_example_runs_twice_from_anywhere_and_leaves_nothing(
+    local_stack: RunningStack, tmp_path: Path
+) -> None:
+    key = admin(local_stack, "tenant", "create", "readme-sdk")["api_key"]
+    example = tmp_path / "example.py"
+    example.write_text(code_block("## Python SDK and the `timers` command", "python"))
+    env = shell_env(TIMERS_API=local_stack.api, TIMERS_API_KEY=key)
+    for _ in range(2):
+        run = subprocess.run([sys.executable, str(example)], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.rstrip().endswith("is gone")
+    with Client(local_stack.api, key) as client:
+        assert list(client.list()) == []
+    # No TIMERS_API, and no `make run` found from here: the error says what to set.
+    lost = subprocess.run([sys.executable, str(example)], env=shell_env(), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert lost.returncode == 1
+    last = lost.stderr.splitlines()[-1]
+    assert last.startswith("timers_client.client.ApiConfigError: set TIMERS_API to the API's ")
+
+
+def test_the_readmes_curl_example_reads_the_callback_of_its_own_timer(
+    local_stack: RunningStack, tmp_path: Path
+) -> None:
+    tenant = admin(local_stack, "tenant", "create", "readme-curl")
+    queue = tenant["callback_queue_url"]
+    sqs = boto3.client("sqs", endpoint_url=local_stack.aws_endpoint, region_name="us-east-1",
+                       aws_access_key_id="local", aws_secret_access_key="local")  # fmt: skip
+    with Client(local_stack.api, tenant["api_key"]) as client:
+        other = client.create(after(0), payload="another callback, first in the queue")
+        deadline = time.monotonic() + FIRE_TIMEOUT_S
+        while sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"][
+            "ApproximateNumberOfMessages"
+        ] == "0":  # fmt: skip
+            assert time.monotonic() < deadline, "the other timer did not fire"
+            time.sleep(0.2)
+        script = substituted(
+            code_block("The same with curl", "bash"),
+            {
+                "KEY=tk_...": f"KEY={tenant['api_key']}",
+                "http://127.0.0.1:4566/123456789012/timers-tenant-demo": queue,
+                "http://127.0.0.1:3000/v1": local_stack.api,
+                "http://127.0.0.1:4566": local_stack.aws_endpoint,
+                ".venv/bin/python": sys.executable,
+            },
+        )
+        run = subprocess.run(["bash", "-c", script], env=shell_env(), cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        created, callback = run.stdout.splitlines()
+        timer_id = created.removeprefix("created ")
+        assert timer_id != other.id and client.get(timer_id).payload == {"hello": "world"}
+        body = json.loads(callback)
+        assert (body["timer_id"], body["payload"]) == (timer_id, {"hello": "world"})
+        counts = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["All"])["Attributes"]
+        waiting = int(counts["ApproximateNumberOfMessages"])
+        assert waiting + int(counts["ApproximateNumberOfMessagesNotVisible"]) == 1  # the other's
+        for timer in client.list():
+            client.delete(timer.id)

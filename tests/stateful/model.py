@@ -34,6 +34,9 @@ from typing import Any
 from timers.core.schedule import Misfire, Plan, first_fire, is_recurring, next_fire
 from timers.engine.trigger import ARM_MS
 
+WINDOW_SLACK_MS = 2_000
+"""How far past its window's end a windowed fire may land while the service runs: a run's
+start, lease, claim and send."""
 CLAIM_EDGE_MS = 1
 """A claim and a change in the same millisecond of the injected clock may be in either order."""
 RECOVERY_MS = 35_000
@@ -51,6 +54,7 @@ class Revision:
     misfire: Misfire
     since: int  # when it became current (its request's time)
     until: int | None = None  # when the next change replaced it
+    window_ms: int = 0  # its flexible window: a fire lands in [due, due + window]
 
     def occurs(self, due: int) -> bool:
         if is_recurring(self.plan.schedule):
@@ -208,6 +212,20 @@ class Model:
                 continue
             missing = sorted(set(due) - sent)
             assert not missing, f"lost fires of {timer.id}: {missing[:5]}...\n{timer}"
+        self.check_windows(settled_from + RECOVERY_MS, horizon)
+
+    def check_windows(self, settled_from: int, settled_to: int) -> None:
+        """A fire of a timer with a window lands in [due, due + window] while the service runs
+        without faults (the usual lateness aside: WINDOW_SLACK_MS)."""
+        for s in self.sends:
+            timer = self.timers.get(s.timer_id)
+            if timer is None or not settled_from <= s.due <= settled_to:
+                continue
+            windows = [r.window_ms for r in timer.revisions if r.since <= s.due]
+            if windows and windows[-1]:
+                assert s.at <= s.due + windows[-1] + WINDOW_SLACK_MS, (
+                    f"sent {s.at - s.due} ms after its due time, its window {windows[-1]} ms: {s}"
+                )
 
     def check_views(self, view: dict[str, Any] | None, history: list[str], timer_id: str) -> None:
         """GET and the fire history of a timer, after a settle (nothing in flight)."""

@@ -85,6 +85,7 @@ schedules = st.sampled_from(range(len(SCHEDULES)))
 misfires = st.sampled_from(["fire_all", "fire_once", "skip"])
 max_fires = st.sampled_from([None, None, 2, 5])
 tenants = st.sampled_from(["acme", "acme", "globex"])  # acme: one claim partition (hot items)
+windows = st.sampled_from([0, 0, 0, 2, 30])  # a flexible window (s): fires batched within it
 steps = st.sampled_from(HOOKS)
 race_steps = st.sampled_from(["leased", "claimed", "claimed", "claimed", "sent", "recorded"])
 """Where a change meets a run: mostly between the claim and the send (the race that matters)."""
@@ -149,7 +150,9 @@ class FirePathMachine(RuleBasedStateMachine):
             bound("end_at"),
             view["max_fires"],
         )
-        return Revision(plan, view["status"], view["payload"], view["name"], view["misfire"], at)
+        window = round(view["window_seconds"] * 1000)
+        return Revision(plan, view["status"], view["payload"], view["name"], view["misfire"], at,
+                        window_ms=window)  # fmt: skip
 
     def _pick(self, pick: int) -> str | None:
         """The ``pick``-th timer the test made, round the list; None while there is none."""
@@ -205,16 +208,19 @@ class FirePathMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ creating
 
-    @initialize(which=schedules, tenant=tenants, misfire=misfires)
-    def first_timer(self, which: int, tenant: str, misfire: str) -> None:
-        self.create(which, tenant, misfire, None, False)
+    @initialize(which=schedules, tenant=tenants, misfire=misfires, window=windows)
+    def first_timer(self, which: int, tenant: str, misfire: str, window: float) -> None:
+        self.create(which, tenant, misfire, None, False, window)
 
     @rule(which=schedules, tenant=tenants, misfire=misfires, limit=max_fires,
-          big=st.booleans())  # fmt: skip
-    def create(self, which: int, tenant: str, misfire: str, limit: int | None, big: bool) -> None:
+          big=st.booleans(), window=windows)  # fmt: skip
+    def create(
+        self, which: int, tenant: str, misfire: str, limit: int | None, big: bool, window: float
+    ) -> None:
         now = self.world.clock()
         body = {"schedule": SCHEDULES[which](now), "misfire": misfire, "payload": _payload(big),
-                "name": f"t{next(serial)}", "max_fires": limit}  # fmt: skip
+                "name": f"t{next(serial)}", "max_fires": limit,
+                "window_seconds": window}  # fmt: skip
         reply = self._call("POST", "/v1/timers", tenant, body=body)
         if reply is None or reply.status != 201:
             assert reply is None or reply.status == 400, reply.body
@@ -335,10 +341,11 @@ class FirePathMachine(RuleBasedStateMachine):
             "end_at": {"end_at": format_ms(now + [5_000, 90_000, 600_000][which % 3])},
             "start_at": {"start_at": format_ms(now + [-30_000, 4_000, 70_000][which % 3])},
             "misfire": {"misfire": ["fire_all", "fire_once", "skip"][which % 3]},
+            "window": {"window_seconds": [0, 2, 30][which % 3]},
         }[what]
 
     @rule(pick=picks, what=st.sampled_from(["name", "payload", "schedule", "max_fires",
-          "end_at", "start_at", "misfire"]), which=schedules)  # fmt: skip
+          "end_at", "start_at", "misfire", "window"]), which=schedules)  # fmt: skip
     def patch(self, pick: int, what: str, which: int) -> None:
         if (timer := self._pick(pick)) is not None:
             self._patch(timer, self._patches(timer, what, which))
