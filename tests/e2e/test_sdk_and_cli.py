@@ -19,6 +19,7 @@ import boto3
 import pytest
 
 from ops.ports import free_port
+from ops.template import ROOT
 from tests.support.admin_commands import admin_fails, check_every_admin_command, user_shell
 from tests.support.local_stack import RunningStack, admin
 from tests.support.readme import code_block, substituted
@@ -368,12 +369,12 @@ def shell_env(**settings: str) -> dict[str, str]:
     return {**{k: v for k, v in os.environ.items() if not k.startswith(drop)}, **settings}
 
 
-def test_the_readmes_sdk_example_runs_twice_from_anywhere_and_leaves_nothing(
+def test_the_docs_sdk_example_runs_twice_from_anywhere_and_leaves_nothing(
     local_stack: RunningStack, tmp_path: Path
 ) -> None:
     key = admin(local_stack, "tenant", "create", "readme-sdk")["api_key"]
     example = tmp_path / "example.py"
-    example.write_text(code_block("## Python SDK and the `timers` command", "python"))
+    example.write_text(code_block("## The SDK", "python", ROOT / "docs" / "cli-and-sdk.md"))
     env = shell_env(TIMERS_API=local_stack.api, TIMERS_API_KEY=key)
     for _ in range(2):
         run = subprocess.run([sys.executable, str(example)], env=env, cwd=tmp_path,
