@@ -1,4 +1,4 @@
-"""``python -m bench.report``: the README's results table from bench/results/latest.json.
+"""``python -m bench.report``: docs/benchmarks.md's results table from bench/results/latest.json.
 ``python -m bench.report cost``: docs/cost.md's tables (each scenario against its target, units
 and dollars per fire, the idle month) from the same results."""
 
@@ -112,7 +112,7 @@ def rows(now: dict[str, Any], before: dict[str, Any]) -> list[tuple[str, str, st
 
 
 def table(now: dict[str, Any], before: dict[str, Any] | None = None) -> str:
-    """The README's table: what was measured and the result (``before``, the previous fire
+    """docs/benchmarks.md's table: what was measured and the result (``before``, the previous fire
     path's results, is still read by :func:`rows`, not shown)."""
     lines = ["| measured | result |", "|---|---|"]
     lines += [f"| {a} | {b} |" for a, b, _ in rows(now, before or {})]

@@ -1,4 +1,4 @@
-"""The README's screenshots of the tenant console, from a real browser:
+"""The screenshots of the tenant console (docs/console.md), from a real browser:
 ``python -m ops.console_screenshots``.
 
 It starts nothing: it drives headless Chromium (Debian's ``chromium`` and ``chromium-driver``,
@@ -45,7 +45,7 @@ MAX_HEIGHT = 3200  # a screenshot of the whole page, up to this
 TIMEOUT_S = 60.0  # page loads, API calls and the heartbeat's fires on a busy machine
 HEARTBEAT_FIRES = 60  # still active (Pause shown) when its page is taken
 SHOWN_FIRES = 10  # the timer page is taken once the heartbeat has fired this often
-DOCS = Path(__file__).resolve().parent.parent / "docs"  # where the README finds them
+DOCS = Path(__file__).resolve().parent.parent / "docs"  # where docs/console.md finds them
 
 
 def sample_timers(client: Client) -> dict[str, str]:

@@ -45,7 +45,7 @@ from ops.redis_server import RedisServer, find_redis_server
 from timers.core.numbers import is_ascii_digits
 
 DEMO_TENANT = "demo"
-DEFAULT_DYNAMODB = "moto"  # see the README: DYNAMODB=local costs Java, memory and start time
+DEFAULT_DYNAMODB = "moto"  # docs/local-stack.md: DYNAMODB=local costs Java, memory and start time
 START_TIMEOUT_S = 60.0
 WATCH_INTERVAL_S = 0.2
 

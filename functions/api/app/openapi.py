@@ -55,7 +55,7 @@ def openapi_schema() -> OpenAPI:
         title="Timer service",
         version="1.0.0",
         description=(
-            "Second-precision timers that call back to SQS. See README.md. Every error has the "
+            "Second-precision timers that call back to SQS. See docs/api.md. Every error has the "
             'body {"error": {"code", "message", "details"}}; a method a path does not serve is '
             "405 method_not_allowed (the Allow header lists those it does), an unknown path "
             "404 not_found."
