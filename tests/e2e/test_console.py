@@ -8,7 +8,7 @@ page at 1,280 and 400 px wide: create first, nothing to scroll sideways. And a f
 fire found in the console's failed-fires panel and redelivered from it.
 
 The session saves screenshots in ``tmp_path`` (pytest keeps the last runs'), to look at when it
-fails; the README's are taken by ``ops/console_screenshots.py``.
+fails; docs/console.md's are taken by ``ops/console_screenshots.py``.
 """
 
 from __future__ import annotations

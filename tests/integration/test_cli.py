@@ -85,7 +85,7 @@ def test_global_options_go_after_the_command_too(
     api: Api, capsys: pytest.CaptureFixture[str]
 ) -> None:
     made = api.create(schedule={"type": "every", "seconds": 60}, name="n")
-    listed = as_json(timers(api, capsys, "ls", "--json"))  # as the README writes it
+    listed = as_json(timers(api, capsys, "ls", "--json"))  # as docs/cli-and-sdk.md writes it
     assert [t["id"] for t in listed["items"]] == [made["id"]]
     assert as_json(timers(api, capsys, "get", made["id"], "--json"))["name"] == "n"
     code, out, err = cli_with_options_after(api, capsys, made["id"])

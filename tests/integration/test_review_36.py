@@ -251,7 +251,7 @@ def test_other_digits_are_refused_where_the_parsers_already_refuse_them(api: Api
 
 def test_the_documented_active_timers_is_what_an_earlier_month_answers(api: Api) -> None:
     """The OpenAPI text said "the same for any month asked"; an earlier month answers the
-    count at its end (the README's words), this month the count now."""
+    count at its end (docs/tenants.md's words), this month the count now."""
     doc = api.call("GET", "/v1/openapi.json", tenant=None).body
     said = doc["components"]["schemas"]["UsageOut"]["properties"]["active_timers"]["description"]
     assert "same for any month" not in said

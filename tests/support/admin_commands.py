@@ -1,4 +1,4 @@
-"""Every ``ops.admin`` command (``make tenant`` and the README's Tenants section) against a
+"""Every ``ops.admin`` command (``make tenant`` and docs/tenants.md's admin commands) against a
 running local stack, run as a user runs it: from the shell that started the stack - its ports
 and settings (``AWS_PORT``, ``DYNAMODB``, ``DYNAMODB_PORT``, ``LOCAL_STATE_DIR``) exported - and
 with that shell's settings for a real AWS account (another region, a profile, credentials),
@@ -64,7 +64,7 @@ def admin_fails(stack: RunningStack, *args: str, env: dict[str, str] | None = No
 
 
 def make_tenant(stack: RunningStack, name: str) -> dict[str, Any]:
-    """``make tenant NAME=name``, as the README says (its last stdout line is the answer)."""
+    """``make tenant NAME=name``, as docs/tenants.md says (its last stdout line is the answer)."""
     done = subprocess.run(
         ["make", "-s", "tenant", f"NAME={name}"],
         cwd=ROOT,
