@@ -45,7 +45,7 @@ def export_line(timer: Timer, default_queue: str | None) -> str:
     line: dict[str, Any] = {"id": timer.id}
     for name in TIMER_FIELDS:  # what a create sets
         value = getattr(timer, name)
-        if value is not None:
+        if value is not None and (name, value) != ("window_seconds", 0):  # 0 is the default
             line[name] = value
     if timer.schedule.get("type") == "after" and timer.next_fire_at:
         line["schedule"] = {"type": "at", "at": timer.next_fire_at}

@@ -166,6 +166,9 @@ def show_timer(timer: Any) -> str:
     data["next_fire_at"] = next_fire_text(timer, "%Y-%m-%d %H:%M %Z")
     data["target"] = timer.target.get("queue_url") or timer.target.get("url")
     data["payload"] = json.dumps(timer.payload)
+    data["window_seconds"] = f"{timer.window_seconds:g}s"
+    if timer.retry is not None:  # "max_attempts 3, max_age_seconds -", not a Python dict
+        data["retry"] = ", ".join(f"{k} {'-' if v is None else v}" for k, v in timer.retry.items())
     width = max(len(k) for k in data)
     return "\n".join(f"{k.ljust(width)}  {'-' if v is None else v}" for k, v in data.items())
 

@@ -528,13 +528,17 @@ def test_edit_reset_run_now_keys_and_usage_from_the_console(
     by_id("edit-name").send_keys(f"renamed-{run}")
     by_id("edit-payload").clear()
     by_id("edit-payload").send_keys('{"v": 2}')
-    by_id("edit-retry-attempts").send_keys("3")
+    assert not by_id("edit-retry-attempts").is_displayed()  # a queue target: no retry policy
+    by_id("edit-window").clear()
+    by_id("edit-window").send_keys("60")
     by_id("edit-save").click()
     wait.until(ec.text_to_be_present_in_element((By.ID, "notice"), f"Saved {timer['id']}"))
     saved = get(f"/timers/{timer['id']}")
     assert (saved["name"], saved["payload"]) == (f"renamed-{run}", {"v": 2})
-    assert saved["retry"] == {"max_attempts": 3, "max_age_seconds": None}
+    assert (saved["window_seconds"], saved["retry"]) == (60, None)
     assert saved["schedule"] == timer["schedule"]
+    window_shown = "#timer-details dd[data-field=window]"
+    wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, window_shown), "60 s after"))
 
     # ---- run now: a fire at once, shown in the history; the schedule stays as it was
     by_id("run-button").click()

@@ -410,7 +410,7 @@ class FirePathMachine(RuleBasedStateMachine):
             assert reply.status in (404, 409), reply.body
             assert reply.status == 409 or self.model.timers[timer_id].deleted_at is not None
         answered = reply.body["fire_id"] if reply is not None and reply.status == 202 else None
-        self.model.ran_now(timer_id, sent, answered)
+        self.model.ran_now(timer_id, sent, answered, died=reply is None)
 
     @rule(pick=picks, change=st.sampled_from(["schedule", "payload", "pause", "delete"]),
           which=schedules)  # fmt: skip
@@ -644,7 +644,7 @@ class FirePathMachine(RuleBasedStateMachine):
             got = self.world.api.call("GET", f"/v1/timers/{timer_id}", tenant=tenant)
             assert got.status in (200, 404), got.body
             view = got.body if got.status == 200 else None
-            history = self.world.history(timer_id, tenant) if view is not None else []
+            history = self.world.history(timer_id, tenant) if view is not None else {}
             self.model.check_views(view, history, timer_id)
 
 

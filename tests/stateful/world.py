@@ -559,20 +559,20 @@ class World:
                 event["bucket"], remaining_ms, marker=RunMarker(event["slot"], event["token"])
             )
 
-    def history(self, timer_id: str, tenant: str) -> list[str]:
-        """Every fire id of the timer's history (all pages); each one enqueued."""
-        ids: list[str] = []
+    def history(self, timer_id: str, tenant: str) -> dict[str, str]:
+        """The timer's fire history (all pages): each fire id and its status."""
+        fires: dict[str, str] = {}
         cursor: str | None = None
         while True:
             query = {"limit": "100", **({"cursor": cursor} if cursor else {})}
             got = self.api.call("GET", f"/v1/timers/{timer_id}/fires", tenant=tenant, query=query)
             assert got.status == 200, got.body
             for fire in got.body["items"]:
-                assert fire["status"] == "enqueued", fire
-                ids.append(fire["fire_id"])
+                assert fire["fire_id"] not in fires, f"listed twice: {fire}"
+                fires[fire["fire_id"]] = fire["status"]
             cursor = got.body["next_cursor"]
             if cursor is None:
-                return ids
+                return fires
 
     def expire_ttl(self) -> None:
         """What DynamoDB's TTL deletes once items expired (it may take days; here at once)."""

@@ -80,6 +80,8 @@ def test_an_export_line_is_a_create_body_that_imports_anywhere() -> None:
     assert line["schedule"] == {"type": "at", "at": "2099-01-01T00:00:00.000Z"}  # not relative
     assert line["target"] == {"url": "https://hooks.example/x", "headers": {}}
     assert (line["status"], line["fire_count"]) == ("active", 0)
+    windowed = json.loads(export_line(timer(3, window_seconds=60), QUEUE))
+    assert windowed["window_seconds"] == 60  # carried; the default 0 is left implicit
 
 
 def test_an_import_never_fires_again_what_fired() -> None:

@@ -392,6 +392,8 @@ function readTimer() {
   if (name) timer.name = name;
   const maxFires = numberOrText($("max-fires"));
   if (maxFires !== null) timer.max_fires = maxFires;
+  const windowSeconds = numberOrText($("window-seconds"));
+  if (windowSeconds) timer.window_seconds = windowSeconds;
   const targetKind = $("target-kind").value;
   if (targetKind) timer.target = { [targetKind]: $("target-url").value.trim() };
   const payload = $("payload").value.trim();
@@ -535,6 +537,7 @@ function renderTimer() {
     ["Next fire", nextFireText(t)],
     ["Fires so far", String(t.fire_count)],
     ["Max fires", t.max_fires === null ? "—" : String(t.max_fires)],
+    ["Window", t.window_seconds ? `${t.window_seconds} s after each due time at most` : "none: on the dot"],
     ["Start at", t.start_at || "—"],
     ["End at", t.end_at || "—"],
     ["Misfire", t.misfire],
@@ -566,6 +569,9 @@ function fillEdit(t) {
   $("edit-form").dataset.timer = t.id;
   $("edit-name").value = t.name || "";
   $("edit-max-fires").value = t.max_fires === null ? "" : String(t.max_fires);
+  $("edit-window").value = String(t.window_seconds || 0);
+  // a retry policy is for HTTP targets (a queue send is retried by the service itself)
+  for (const field of document.querySelectorAll("[data-http-only]")) field.hidden = !t.target.url;
   $("edit-retry-attempts").value = t.retry && t.retry.max_attempts ? String(t.retry.max_attempts) : "";
   $("edit-retry-age").value = t.retry && t.retry.max_age_seconds ? String(t.retry.max_age_seconds) : "";
   $("edit-payload").value = JSON.stringify(t.payload, null, 2);
@@ -578,10 +584,17 @@ function readEdit(t) {
   if (name !== t.name) changes.name = name;
   const maxFires = numberOrText($("edit-max-fires"));
   if (maxFires !== t.max_fires) changes.max_fires = maxFires;
+  const windowSeconds = numberOrText($("edit-window")) ?? 0;
+  if (windowSeconds !== (t.window_seconds || 0)) changes.window_seconds = windowSeconds;
+  if (!t.target.url) return withPayload(changes, t);
   const attempts = numberOrText($("edit-retry-attempts"));
   const age = numberOrText($("edit-retry-age"));
   const retry = attempts === null && age === null ? null : { max_attempts: attempts, max_age_seconds: age };
   if (JSON.stringify(retry) !== JSON.stringify(t.retry)) changes.retry = retry;
+  return withPayload(changes, t);
+}
+
+function withPayload(changes, t) {
   let payload;
   try {
     payload = JSON.parse($("edit-payload").value.trim() || "null");
