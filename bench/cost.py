@@ -322,8 +322,18 @@ TARGETS_USD_PER_MILLION = {
     "one_shot_ahead": 2.50,
     "webhook_batched": 1.00,
     "idle_month": 35.0,
+    # the cost curve by load (one tenant): on the dot, and with a 60 s window
+    "spread_0p1_w0": 3.50,
+    "spread_1_w0": 3.00,
+    "spread_10_w0": 2.50,
+    "spread_100_w0": 1.40,
+    "spread_0p1_w60": 1.40,
+    "spread_1_w60": 0.60,
+    "spread_10_w60": 0.40,
+    "spread_100_w60": 0.30,
 }
-"""Issue 17's targets (per million fires, the create included for one-shots; idle: $/month)."""
+"""Targets per million fires (the create included for one-shots; idle: $/month). $1.40 is
+EventBridge Scheduler with its SQS send."""
 
 
 def scenario_result(sc: Scenario, mem: dict[str, float]) -> dict[str, Any]:

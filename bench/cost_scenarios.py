@@ -288,6 +288,49 @@ def controls(stack: Stack, burst: int, idle: IdleModel) -> list[Scenario]:
     return out
 
 
+SPREAD_RATES = {"0p1": 0.1, "1": 1.0, "10": 10.0, "100": 100.0}
+"""The cost curve's loads: one tenant's fires a second, spread evenly over each second."""
+SPREAD_PERIOD_S = 60
+SPREAD_WINDOWS_S = (0, 60)
+
+
+def spread_name(rate: str, window_s: int) -> str:
+    return f"spread_{rate}_w{window_s}"
+
+
+def spread_group(rate_name: str, window_s: int) -> Group:
+    """The cost curve at one load and window: ``rate`` fires a second of one tenant, each timer
+    every 60 s at its own phase (evenly apart: at 100 fires/s one every 10 ms); two minutes
+    measured after every timer fired once, creation excluded. A group of its own: moto's
+    transactions copy the whole table, so deleting thousands of timers would take longer than
+    a fresh deployment."""
+    rate = SPREAD_RATES[rate_name]
+    name = spread_name(rate_name, window_s)
+
+    def group(stack: Stack, burst: int, idle: IdleModel) -> list[Scenario]:
+        count = round(rate * SPREAD_PERIOD_S)
+        gap_ms = SPREAD_PERIOD_S * 1000 // count
+        progress(f"cost: {name}: {count} timers every {SPREAD_PERIOD_S} s, {gap_ms} ms apart, "
+                 f"window {window_s} s")  # fmt: skip
+        start = next_minute(stack, 30)
+        stack.run(1)
+        stack.create_batch([every(SPREAD_PERIOD_S, start + i * gap_ms, window_seconds=window_s)
+                            for i in range(count)])  # fmt: skip
+        while stack.clock() < start + (SPREAD_PERIOD_S + window_s) * 1000:
+            stack.run(1)  # every timer fired once (and chained its next fires)
+        window = stack.measure(2 * SPREAD_PERIOD_S)
+        return [Scenario(name, f"{rate:g} fires/s of one tenant: {count} timers every "
+                         f"{SPREAD_PERIOD_S} s, {gap_ms} ms apart, window_seconds {window_s}; "
+                         "creation excluded", window.minus(idle), 2 * count, recurring=True,
+                         assume_checkpoints=True)]  # fmt: skip
+
+    group.__name__ = name
+    return group
+
+
+SPREAD_GROUPS = tuple(spread_group(r, w) for r in SPREAD_RATES for w in SPREAD_WINDOWS_S)
+
+
 GROUPS: tuple[Group, ...] = (
     short_scenarios,
     cron_hourly,
@@ -296,6 +339,7 @@ GROUPS: tuple[Group, ...] = (
     one_shot_ahead,
     webhook,
     controls,
+    *SPREAD_GROUPS,
 )
 """Each group runs on a fresh deployment, after its own idle profile: moto slows down as its
 tables grow (DynamoDB does not), and two days of migrator runs over every earlier scenario's

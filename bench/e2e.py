@@ -9,6 +9,8 @@
   (the trigger's stamp just before its SendMessageBatch), of SQS ``SentTimestamp`` (what any
   consumer can see) and of the receive time; early, duplicate and missing fires; trigger runs
   per fire (the "trigger run" lines of the TriggerFunction log).
+- **windowed** - the steady load with ``window_seconds`` 10 (every 2 s): lag from the nominal
+  due time, fires outside their window (must be none), sends per trigger run.
 - **spaced** - one-shots created one by one, 1.5 s apart at random phases: max lag.
 - **fairness** - tenant A (demo) makes 300 one-shots due in one second, tenant B (a second
   tenant) one in the same second: B's lag while A's burst drains.
@@ -286,6 +288,41 @@ def fresh(a: Tenant, window_s: int) -> dict[str, Any]:
     }
 
 
+WINDOWED_S = 10  # window_seconds of the windowed scenario: fires aligned to 5 s instants
+WINDOWED_EVERY_S = 2
+
+
+def windowed(a: Tenant, window_s: int) -> dict[str, Any]:
+    """The steady load with a flexible window: STEADY_TIMERS timers every WINDOWED_EVERY_S at
+    scattered phases, window_seconds WINDOWED_S. Lag is from the nominal due time (the fire
+    id's); every fire must land in [due, due + window] on a quiet stack."""
+    runs0 = trigger_runs(a.stack)
+    first = (now_ms() // 1000 + 3) * 1000
+    phases = sorted(random.Random(5).sample(range(WINDOWED_EVERY_S * 1000), STEADY_TIMERS))
+    ids = a.create_batch([{"schedule": {"type": "every", "seconds": WINDOWED_EVERY_S},
+                           "start_at": format_ms(first + p), "window_seconds": WINDOWED_S,
+                           "payload": {"bench": True}} for p in phases])  # fmt: skip
+    start = first + 2 * WINDOWED_S * 1000  # past the first aligned instants
+    end = start + window_s * 1000
+    time.sleep(max(0.0, (end + WINDOWED_S * 1000 - now_ms()) / 1000))
+    runs = runs_between(runs0, trigger_runs(a.stack))
+    time.sleep(3)
+    callbacks, duplicates = a.consumer.of(set(ids))
+    for timer_id in ids:
+        a.call("DELETE", f"/timers/{timer_id}")
+    in_window = [c for c in callbacks if start <= c.scheduled < end]
+    lags = [c.sent - c.scheduled for c in in_window]
+    return {
+        "timers": STEADY_TIMERS,
+        "every_s": WINDOWED_EVERY_S,
+        "window_seconds": WINDOWED_S,
+        "measured_s": window_s,
+        **summary(in_window, duplicates, STEADY_TIMERS * window_s // WINDOWED_EVERY_S),
+        "outside_window": sum(not 0 <= lag <= WINDOWED_S * 1000 for lag in lags),
+        "sends_per_run": round(len(callbacks) / max(1, runs["runs"]), 1),
+    }
+
+
 def spaced(a: Tenant, count: int) -> dict[str, Any]:
     rng = random.Random(11)
     base = (now_ms() // 1000 + 3) * 1000
@@ -443,6 +480,10 @@ def on_time(window_s: int, short: bool) -> dict[str, Any]:
         progress(f"e2e: steady, {STEADY_TIMERS} timers every 1 s, {window_s} s window")
         out["steady"] = steady(a, window_s)
         progress(f"e2e: steady fired_at lag {out['steady']['fired_at_lag_ms']}")
+        progress(f"e2e: windowed, {STEADY_TIMERS} timers every {WINDOWED_EVERY_S} s, "
+                 f"window {WINDOWED_S} s")  # fmt: skip
+        out["windowed"] = windowed(a, window_s)
+        progress(f"e2e: windowed sent lag from due {out['windowed']['sent_lag_ms']}")
         progress("e2e: spaced one-shots")
         out["spaced"] = spaced(a, 10 if short else 20)
         progress("e2e: tenant B's lone timer during tenant A's 300-burst")
@@ -475,6 +516,13 @@ def main() -> int:
         with local_stack("fresh") as stack:
             a = demo_tenant(stack)
             result = {"fresh": fresh(a, window_s), "warm": steady(a, window_s)}
+            a.consumer.stop()
+        print(json.dumps(result, indent=1))
+        return 0
+    if sys.argv[1:] == ["windowed"]:  # python -m bench.e2e windowed: printed
+        with local_stack("windowed") as stack:
+            a = demo_tenant(stack)
+            result = windowed(a, window_s)
             a.consumer.stop()
         print(json.dumps(result, indent=1))
         return 0
