@@ -1,21 +1,27 @@
-"""``python -m bench.bill_table``: docs/cost.md's "your bill at N timers a day" from
+"""``python -m bench.bill_table``: docs/cost.md's "your bill at N fires a month" from
 bench/results/latest.json, beside EventBridge Scheduler and QStash at their list prices.
 
-The service's column is its idle month (``cost.usd_per_idle_month``) plus the month's fires at
-the measured dollars per fire of the scenario that stands for each shape
-(``cost.usd_per_million_fires``). The others are priced per fire from their published prices
-(below; check them before quoting). Free tiers are left out of every column.
+The service's column is its idle month (``cost.usd_per_idle_month``) plus the month's fires
+priced by the cost curve (the ``spread_*`` scenarios: one tenant's fires spread evenly at 0.1,
+1, 10 and 100 a second, on the dot and with a 60 s window) at the load the month makes - what
+a fire costs depends on how many share its trigger run and claim writes. A month of N fires is
+taken as one tenant's steady N / 730 h; tenants that split the load each pay the curve at their
+own share (fewer fires batch together), so the table is a floor for many small tenants. The
+others are priced per fire from their published prices (below; check them before quoting).
+Free tiers are left out of every column.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS
+from bench.cost_scenarios import SPREAD_RATES, SPREAD_WINDOWS_S, spread_name
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,40 +30,45 @@ DAYS = 30  # a month, for "a day"
 
 EVENTBRIDGE_SCHEDULER_PER_M = 1.00  # scheduled invocations, per million (us-east-1)
 SQS_SEND_PER_M = 0.40  # the SendMessage each invocation of an SQS target makes, per million
-API_DESTINATION_PER_M = 0.20  # EventBridge API destinations, per million (an HTTP target)
 QSTASH_PER_M = 10.00  # QStash pay as you go: $1 per 100K messages (upstash.com/pricing/qstash)
 
 
+SECONDS_A_MONTH = 730 * 3600  # AWS bills a month as 730 hours
+
+
 @dataclass(frozen=True)
-class Shape:
-    name: str
-    scenario: str  # the cost benchmark's scenario standing for it
-    unit: str  # what a month of fires is: "timers" (recurring) or "... a day"
-    fires_per_timer: int  # a month's fires of one recurring timer; 0: counted per day
-    webhook: bool = False
+class Curve:
+    """The cost benchmark's curve for one window: $ per million fires of one tenant at each
+    load (fires a second), measured at 0.1, 1, 10 and 100."""
 
-    def that_is(self, fires: int) -> str:
-        count = fires / self.fires_per_timer if self.fires_per_timer else fires / DAYS
-        return f"{round(count):,} {self.unit}"
+    window_s: int
+    points: tuple[tuple[float, float], ...]  # (fires a second, $ per million), rising load
+
+    @classmethod
+    def of(cls, cost: dict[str, Any], window_s: int) -> Curve:
+        per_m = cost["usd_per_million_fires"]
+        return cls(window_s, tuple(
+            (rate, float(per_m[spread_name(name, window_s)]))
+            for name, rate in SPREAD_RATES.items()
+        ))  # fmt: skip
+
+    def usd_per_million(self, fires_per_second: float) -> float:
+        """Between two measured loads: linear in log(load). Below the lightest, each fire is
+        alone anyway (its figure); above the heaviest, its figure (batching only gets better)."""
+        (lo_rate, lo_usd), *rest = self.points
+        if fires_per_second <= lo_rate:
+            return lo_usd
+        for hi_rate, hi_usd in rest:
+            if fires_per_second <= hi_rate:
+                t = math.log(fires_per_second / lo_rate) / math.log(hi_rate / lo_rate)
+                return lo_usd + t * (hi_usd - lo_usd)
+            lo_rate, lo_usd = hi_rate, hi_usd
+        return lo_usd
 
 
-SHAPES = (
-    Shape("hourly cron, timers due together", "cron_hourly_batched", "timers", 24 * DAYS),
-    Shape("daily cron, each fire alone", "cron_daily_alone", "timers", DAYS),
-    Shape(
-        "one-shots made a day ahead, one create request each",
-        "one_shot_ahead",
-        "one-shots a day",
-        0,
-    ),
-    Shape(
-        "one-shots made a day ahead, 100 per batch request",
-        "one_shot_ahead_batch",
-        "one-shots a day",
-        0,
-    ),
-    Shape("webhooks, due together", "webhook_batched", "fires a day", 0, webhook=True),
-)
+def eventbridge_per_m() -> float:
+    """Scheduler's invocation and the SQS send it makes."""
+    return EVENTBRIDGE_SCHEDULER_PER_M + SQS_SEND_PER_M
 
 
 def _usd(value: float) -> str:
@@ -66,36 +77,64 @@ def _usd(value: float) -> str:
     return f"${value:,.2f}"
 
 
-def eventbridge_per_m(shape: Shape) -> float:
-    """Scheduler's invocation and its target's call: the SQS send, or an API destination."""
-    extra = API_DESTINATION_PER_M if shape.webhook else SQS_SEND_PER_M
-    return EVENTBRIDGE_SCHEDULER_PER_M + extra
+def month(cost: dict[str, Any], curve: Curve, fires: float) -> float:
+    """This service's month: the idle month plus the fires at the curve's price for their load
+    (a month's fires, as one tenant's steady rate)."""
+    rate = fires / SECONDS_A_MONTH
+    return float(cost["usd_per_idle_month"]) + fires / 1e6 * curve.usd_per_million(rate)
+
+
+def crossover(cost: dict[str, Any], curve: Curve) -> float | None:
+    """The fewest fires a month from which this service costs less than EventBridge
+    Scheduler (None: not up to the curve's heaviest load)."""
+    top = curve.points[-1][0] * SECONDS_A_MONTH
+    fires = 1e4
+    while fires <= top:
+        if month(cost, curve, fires) < fires / 1e6 * eventbridge_per_m():
+            return fires
+        fires *= 1.02
+    return None
 
 
 def rows(cost: dict[str, Any]) -> list[list[str]]:
-    idle = float(cost["usd_per_idle_month"])
-    per_m = cost["usd_per_million_fires"]
     out = []
-    for shape in SHAPES:
+    for window_s in SPREAD_WINDOWS_S:
+        curve = Curve.of(cost, window_s)
         for fires in VOLUMES:
-            ours = idle + fires / 1e6 * float(per_m[shape.scenario])
+            rate = fires / SECONDS_A_MONTH
             out.append([
-                shape.name,
+                "on the dot" if window_s == 0 else f"{window_s} s window",
                 f"{fires:,}",
-                shape.that_is(fires),
-                _usd(ours),
-                _usd(fires / 1e6 * eventbridge_per_m(shape)),
+                f"one tenant at {rate:.3g} fires/s",
+                _usd(month(cost, curve, fires)),
+                _usd(fires / 1e6 * eventbridge_per_m()),
                 _usd(fires / 1e6 * QSTASH_PER_M),
             ])  # fmt: skip
     return out
 
 
 def table(cost: dict[str, Any]) -> str:
-    head = ["shape", "fires a month", "that is", "this service", "EventBridge Scheduler",
-            "QStash (pay as you go)"]  # fmt: skip
+    head = ["precision", "fires a month", "load it assumes", "this service",
+            "EventBridge Scheduler", "QStash (pay as you go)"]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|---|---:|---:|---:|---:|---:|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows(cost)]
     return "\n".join(lines)
+
+
+def crossovers(cost: dict[str, Any]) -> str:
+    """One sentence per window: from which load this service is the cheaper."""
+    said = []
+    for window_s in SPREAD_WINDOWS_S:
+        at = crossover(cost, Curve.of(cost, window_s))
+        what = "on the dot" if window_s == 0 else f"with a {window_s} s window"
+        said.append(
+            f"{what}: from {at / 1e6:.1f} million fires a month ({at / SECONDS_A_MONTH:.1f} "
+            "fires/s)"
+            if at is not None
+            else f"{what}: not up to 100 fires/s"
+        )
+        # (the idle month is what a light load pays for; the fires' own price decides above)
+    return "Cheaper than EventBridge Scheduler " + "; ".join(said) + "."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,10 +146,12 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
         return 1
     print(table(cost))
+    print("\n" + crossovers(cost))
     shown = path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path
     print(
-        f"\n(this service: the idle month ${cost['usd_per_idle_month']:.2f} plus each shape's "
-        f"$ per million fires, from {shown}; prices as of {cost.get('prices_as_of', '?')})"
+        f"\n(this service: the idle month ${cost['usd_per_idle_month']:.2f} plus the fires at "
+        f"the cost curve's $ per million for their load, from {shown}; prices as of "
+        f"{cost.get('prices_as_of', '?')})"
     )
     return 0
 
