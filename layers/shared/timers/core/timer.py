@@ -236,11 +236,13 @@ def patch(timer: Timer, changes: dict[str, Any], now_ms: int) -> Timer:
 
 def _decided_until(timer: Timer, now_ms: int) -> int:
     """Occurrences up to this instant are decided: the past (new bounds restart the series
-    from now, as a scheduler's update does) and every position the timer already claimed -
-    ``timer`` is settled, its owed fire counted - so a fire on its way is never repeated nor
-    skipped past."""
+    from now, as a scheduler's update does) - but not what is due within the timer's window,
+    which is on time and may be waiting for its send instant - and every position the timer
+    already claimed (``timer`` is settled, its owed fire counted), so a fire on its way is
+    never repeated nor skipped past."""
+    past = now_ms - 1 - timer.window_ms
     last = timer.last_fire_pos
-    return now_ms - 1 if last is None else max(now_ms - 1, last)
+    return past if last is None else max(past, last)
 
 
 def pause(timer: Timer, now_ms: int) -> Timer:

@@ -85,6 +85,7 @@ CLAIM_ATTEMPTS = 3  # tries of one claim write before its cards are given back
 CLAIM_RETRY_MS = 1_000  # a chunk whose claims kept failing is leasable again this much later
 HAND_BACK_RETRY_MS = 500  # a hand-back Redis refused is tried again while the run has time
 ITEM_WORKERS = 8  # fire-log items claimed in parallel (one item's chunks go in turn)
+RECORD_WORKERS = 16  # record writes in parallel: the DynamoDB clients' connection pool
 TAKE_CHUNK = 25  # entries one take-over write replaces (its condition names each one)
 CHECKPOINT_CALL_MS = 2 * DYNAMO_CALL_MS  # a checkpoint's move: its listing, then the timer
 
@@ -497,7 +498,15 @@ def run_trigger(
     """Fire the bucket's cards due within ARM_MS, and keep going while more fall due. With the
     fan-out's ``marker``, the run beats on its slot while it leases and clears it once it stops
     (the fan-out's next peek then starts a run for whatever came due meanwhile)."""
-    run = Run(deps, bucket, remaining_ms, marker)
+    try:
+        run = Run(deps, bucket, remaining_ms, marker)
+    except Exception:  # no reference time: the marker goes, so the next poll starts a run
+        if marker is not None:
+            try:
+                deps.index.end_run(bucket, marker.slot, marker.token)
+            except Exception:  # it expires with its TTL
+                log.warning("run marker not cleared", exc_info=True)
+        raise
     try:
         report = run.go()
     except Exception:
@@ -544,6 +553,7 @@ class Run:
                 extra={"offset_ms": self.sync.wall_offset, "error_ms": self.sync.error},
             )
             self.report.refused += 1
+            self.clear()  # another sandbox's run may start at the next poll
             return self.report
         self.next_due = self.started  # unknown yet: lease at once
         try:
@@ -680,13 +690,8 @@ class Run:
         self.report.taken_over += claimed.taken_over
         self.report.already_fired += claimed.already_fired
         self.report.handed_back += claimed.given_back
-        if claimed.held:
-            self.report.held += len(claimed.held) - claimed.given_back
-            self._release(claimed.held)
-        if claimed.stale:
-            self.report.stale += len(claimed.stale)
-            self._drop(claimed.stale)
-        self._hook("claimed")
+        # The fresh claims join the pending first: a Redis error below ends the run, and its
+        # hand-back must release them too (else they wait for their claims to lapse).
         waiting = {j.root for j in self.pending}  # a card restored meanwhile: leased again
         firing = [
             j
@@ -696,6 +701,13 @@ class Run:
         for job in firing:
             job.delivery = Delivery(job.timer, job.fire_ms, ref=job.ref)
         self.pending = sorted(self.pending + firing, key=lambda j: j.send_at)
+        if claimed.held:
+            self.report.held += len(claimed.held) - claimed.given_back
+            self._release(claimed.held)
+        if claimed.stale:
+            self.report.stale += len(claimed.stale)
+            self._drop(claimed.stale)
+        self._hook("claimed")
         finished = [j for j in claimed.ours if j.entry is not None and j.entry.finished]
         self._counts([j for j in finished if j.entry and j.entry.owner == self.owner])  # skips
         self._finish(finished)
@@ -821,18 +833,24 @@ class Run:
         jobs: Mapping[EntryRef, Job],
         release: bool = False,
     ) -> list[Job]:
-        """Write our entries (outcomes, or released claims): items in parallel (one record's
-        worst case for all, as a send reserved), an item's chunks in turn, each retried while
-        the deadline allows; a chunk that fails its condition (a change adopted an entry) is
-        written entry by entry, merging the adoption. What finds no time stays pending: its
-        claim lapses, and a takeover sends it again (for a sent fire: the duplicate window)."""
-        items = list(outcomes.items())
-        if not items:
+        """Write our entries (outcomes, or released claims): every chunk of every item in
+        parallel - one record's worst case for all, as a send reserved (an item's chunks too:
+        their conditions name their own entries) - each retried while the deadline allows; a
+        chunk that fails its condition (a change adopted an entry) is written entry by entry,
+        merging the adoption. What finds no time stays pending: its claim lapses, and a
+        takeover sends it again (for a sent fire: the duplicate window)."""
+        units = [(key, chunk) for key, entries in outcomes.items() for chunk in chunks(entries)]
+        if not units:
             return []
-        with ThreadPoolExecutor(max(1, min(ITEM_WORKERS, len(items)))) as pool:
-            written = list(pool.map(lambda i: self._write_item(i[0], i[1], release), items))
+        # All start now: one look at the deadline for every first try (a thread that starts
+        # late in the pool has not waited for the others' calls).
+        started = self._affords(DYNAMO_CALL_MS if release else RECORD_CALL_MS)
+        with ThreadPoolExecutor(max(1, min(RECORD_WORKERS, len(units)))) as pool:
+            written = list(
+                pool.map(lambda u: self._write_item(u[0], u[1], release, started), units)
+            )
         done: list[Job] = []
-        for (key, _), entries in zip(items, written, strict=True):
+        for (key, _), entries in zip(units, written, strict=True):
             for name, entry in entries.items():
                 job = jobs[(key, name)]
                 job.entry = entry
@@ -840,14 +858,15 @@ class Run:
         return done
 
     def _write_item(
-        self, key: str, entries: Mapping[str, Entry], release: bool
+        self, key: str, entries: Mapping[str, Entry], release: bool, started: bool = False
     ) -> dict[str, Entry]:
         written: dict[str, Entry] = {}
         fire_log = self.deps.log
         budget = DYNAMO_CALL_MS if release else RECORD_CALL_MS
         try:
             for chunk in chunks(entries):
-                if self._retried(budget, fire_log.record, key, self.owner, chunk, release):
+                write = (fire_log.record, key, self.owner, chunk, release)
+                if self._retried(budget, *write, started=started):
                     written.update(chunk)
                     continue
                 for name, mine in chunk.items():  # a change adopted one: merged one by one
@@ -863,11 +882,15 @@ class Run:
             log.warning("out of time for records", extra={"unwritten": len(unwritten)})
         return written
 
-    def _retried(self, budget: int, write: Callable[..., T], *args: Any) -> T:
-        """A record write, tried while each try (its worst case ``budget``) fits."""
+    def _retried(
+        self, budget: int, write: Callable[..., T], *args: Any, started: bool = False
+    ) -> T:
+        """A record write, tried while each try (its worst case ``budget``) fits - the first
+        without a look if the caller found it fits (``started``)."""
         while True:
-            if not self._affords(budget):
+            if not started and not self._affords(budget):
                 raise OutOfTime("no time left for a record")
+            started = False
             try:
                 return write(*args)
             except (BotoCoreError, ClientError):
