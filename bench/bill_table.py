@@ -50,6 +50,7 @@ class Curve:
         return cls(window_s, tuple(
             (rate, float(per_m[spread_name(name, window_s)]))
             for name, rate in SPREAD_RATES.items()
+            if spread_name(name, window_s) in per_m  # a load not measured: left out
         ))  # fmt: skip
 
     def usd_per_million(self, fires_per_second: float) -> float:
@@ -86,14 +87,14 @@ def month(cost: dict[str, Any], curve: Curve, fires: float) -> float:
 
 def crossover(cost: dict[str, Any], curve: Curve) -> float | None:
     """The fewest fires a month from which this service costs less than EventBridge
-    Scheduler (None: not up to the curve's heaviest load)."""
-    top = curve.points[-1][0] * SECONDS_A_MONTH
+    Scheduler; None if its price per fire never gets below Scheduler's (above the heaviest
+    measured load the curve keeps that load's price: an upper bound)."""
+    if curve.points[-1][1] >= eventbridge_per_m():
+        return None
     fires = 1e4
-    while fires <= top:
-        if month(cost, curve, fires) < fires / 1e6 * eventbridge_per_m():
-            return fires
+    while month(cost, curve, fires) >= fires / 1e6 * eventbridge_per_m():
         fires *= 1.02
-    return None
+    return fires
 
 
 def rows(cost: dict[str, Any]) -> list[list[str]]:
@@ -131,7 +132,7 @@ def crossovers(cost: dict[str, Any]) -> str:
             f"{what}: from {at / 1e6:.1f} million fires a month ({at / SECONDS_A_MONTH:.1f} "
             "fires/s)"
             if at is not None
-            else f"{what}: not up to 100 fires/s"
+            else f"{what}: never (its price per fire stays above Scheduler's)"
         )
         # (the idle month is what a light load pays for; the fires' own price decides above)
     return "Cheaper than EventBridge Scheduler " + "; ".join(said) + "."
