@@ -23,6 +23,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 from typing import Any
 
 from bench.common import progress, quick, write_results
@@ -53,7 +54,8 @@ sys.path[:0] = spec["paths"]
 wall, cpu = time.perf_counter(), time.process_time()
 import_module(spec["module"])
 cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-heavy = [m for m in spec["heavy"] if m in sys.modules]
+heavy = [m for m in spec["heavy"]  # imported, its __init__ run (timers.deferred_imports)
+         if m in sys.modules and "__deferred_init__" not in vars(sys.modules[m])]
 print(json.dumps({"cpu_s": cpu, "wall_s": wall, "heavy": heavy, "modules": len(sys.modules)}))
 """
 
@@ -83,15 +85,19 @@ def function_specs() -> dict[str, dict[str, Any]]:
     }
 
 
-def import_once(spec: dict[str, Any]) -> dict[str, Any]:
-    """Import one handler module in a fresh interpreter: its CPU, wall time, heavy modules."""
-    done = subprocess.run(
-        [sys.executable, "-c", _CHILD, json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=spec["env"],
-    )
+def import_once(spec: dict[str, Any], compiled: bool = True) -> dict[str, Any]:
+    """Import one handler module in a fresh interpreter: its CPU, wall time, heavy modules.
+    ``compiled`` False: with an empty bytecode cache, so every module is compiled from source
+    (a fresh checkout's first start; a package deployed without ``.pyc`` files)."""
+    with tempfile.TemporaryDirectory(prefix="bench-imports-") as cache:
+        env = spec["env"] if compiled else {**spec["env"], "PYTHONPYCACHEPREFIX": cache}
+        done = subprocess.run(
+            [sys.executable, "-c", _CHILD, json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
     if done.returncode != 0:
         raise RuntimeError(f"importing {spec['module']} failed:\n{done.stderr}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])

@@ -14,6 +14,8 @@ error body, in one place), ``operations`` (responses and parameters routes share
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 from aws_lambda_powertools.event_handler import Response
@@ -31,13 +33,28 @@ for _router in (health.router, openapi.router, tenant.router, timers.router, fir
 
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
-# Traces keep no bodies: responses carry webhook secrets, target headers and payloads, and an
-# error's message can quote the request.
-@tracer.capture_lambda_handler(capture_response=False, capture_error=False)
-@metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return _traced()(event, context)
+
+
+@cache
+def _traced() -> Callable[[dict[str, Any], LambdaContext], dict[str, Any]]:
+    """The handler traced: the tracer is made on the first request (resolver.tracer).
+    Traces keep no bodies: responses carry webhook secrets, target headers and payloads, and
+    an error's message can quote the request."""
+    capture = tracer().capture_lambda_handler(capture_response=False, capture_error=False)
+    traced: Callable[[dict[str, Any], LambdaContext], dict[str, Any]] = capture(
+        metrics.log_metrics(_handle)
+    )
+    return traced
+
+
+def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     app.clear_context()
     checked = preflight.check(event)
     if isinstance(checked, Response):
         return preflight.as_proxy_result(checked)
     return app.resolve(checked, context)
+
+
+_handle.__name__ = "handler"  # the trace's subsegment is "## handler", as it always was
