@@ -14,6 +14,7 @@ error body, in one place), ``operations`` (responses and parameters routes share
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -22,8 +23,11 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from timers.core.errors import Unavailable
+
 # errors and routing register their exception handlers on import
 from . import errors, openapi, preflight, routing, static_files  # noqa: F401
+from .deadline import Late, answer_by, deadline_ms
 from .resolver import app, logger, metrics, tracer
 from .routes import fires, health, preview, tenant, timers
 
@@ -34,7 +38,21 @@ for _router in (health.router, openapi.router, tenant.router, timers.router, fir
 
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return _traced()(event, context)
+    # A slow or cold api answers 503 with Retry-After, never the gateway's 500 (deadline).
+    try:
+        with answer_by(deadline_ms(event, context.get_remaining_time_in_millis())):
+            return _traced()(event, context)
+    except Late:
+        logger.warning("answered 503: the request's time ran out", extra=_where(event))
+        late = Unavailable("the service is busy and could not answer in time; retry shortly")
+        return preflight.as_proxy_result(errors.domain_error(late))
+
+
+def _where(event: dict[str, Any]) -> dict[str, Any]:
+    context = event.get("requestContext") or {}
+    arrived = context.get("timeEpoch")
+    waited = None if not isinstance(arrived, int) else time.time_ns() // 1_000_000 - arrived
+    return {"route": event.get("routeKey"), "since_arrival_ms": waited}
 
 
 @cache

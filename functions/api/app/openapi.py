@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from .operations import errors
+from .operations import SLOW, errors
 from .resolver import app
 from .routes import fires, health, preview, tenant, timers
 from .static_files import STATIC_PATHS
@@ -78,11 +78,15 @@ def openapi_schema() -> OpenAPI:
 def _declared_only(schema: OpenAPI) -> OpenAPI:
     """What the API answers and nothing else. The framework adds a 422 to every operation
     (its validation error), which this API never sends: request_invalid answers 400. It also
-    gives a response without ``content`` the return type's, which a 204 does not have."""
+    gives a response without ``content`` the return type's, which a 204 does not have. And
+    every operation may answer 503 with Retry-After when it cannot answer in time."""
     data = schema.model_dump(by_alias=True, exclude_none=True)
+    slow = _slow_response()
     for item in data.get("paths", {}).values():
         for operation in item.values():
             responses = operation["responses"]
+            if str(SLOW) not in responses and SLOW not in responses:
+                responses[str(SLOW)] = slow
             responses.pop("422", None)
             responses.pop(422, None)
             for status, response in responses.items():
@@ -92,6 +96,15 @@ def _declared_only(schema: OpenAPI) -> OpenAPI:
     for unused in ("HTTPValidationError", "ValidationError", "ResponseValidationError"):
         schemas.pop(unused, None)
     return type(schema).model_validate(data)
+
+
+def _slow_response() -> dict[str, object]:
+    [(_, response)] = errors(SLOW).items()
+    return {
+        "description": response["description"],
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}},
+        "headers": response["headers"],
+    }
 
 
 @cache

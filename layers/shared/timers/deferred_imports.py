@@ -47,10 +47,15 @@ class _DeferredInit:
 
         def run_init() -> None:
             with lock:
-                if module.__dict__.pop("__deferred_init__", None) is None:
-                    return  # another thread ran it
-                del module.__dict__["__getattr__"]
-                loader.exec_module(module)
+                deferred = module.__dict__.pop("__deferred_init__", None)
+                if deferred is None:
+                    return  # run already (by another thread, or this one: a circular import)
+                hook = module.__dict__.pop("__getattr__")
+                try:
+                    loader.exec_module(module)
+                except BaseException:  # interrupted (the api's deadline): run it next time
+                    module.__dict__.update(__deferred_init__=deferred, __getattr__=hook)
+                    raise
 
         def __getattr__(name: str) -> Any:  # only for names the module does not have yet
             run_init()
