@@ -11,9 +11,9 @@ after its deadline is answered at once; one still running at it is interrupted (
 raises :class:`Late` in the handler's thread, at the next bytecode, a blocking socket read
 included) and answered. Work cut off is cut where a Lambda timeout would have cut it - the
 stores are built for that - but the caller is told to retry, and an ``Idempotency-Key`` makes
-the retry of a create safe. The HTTP API's integration timeout (``TimeoutInMillis``, above
-ANSWER_WITHIN_MS) is the net under this: API Gateway's own 503 if the function still has not
-answered.
+the retry of a create safe. So only a request that would have been a 500 (or API Gateway's
+own 503 at its 30 s integration timeout) becomes this 503: a slow answer that comes in time
+is still the answer.
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-ANSWER_WITHIN_MS = 8_000
-"""From the request's arrival at the gateway; below the integration timeout (template.yaml)."""
+ANSWER_WITHIN_MS = 25_000
+"""From the request's arrival at the gateway (a cold start and a wait for a sandbox count);
+below the HTTP API's integration timeout (30 s), so the caller gets this 503 rather than API
+Gateway's own."""
 TIMEOUT_MARGIN_MS = 1_000
 """Before the function's own timeout: time to answer, log and flush metrics."""
 
