@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import statistics
 import threading
 import time
 from collections import Counter
@@ -119,16 +120,39 @@ def phase(
     return out, bodies
 
 
-def api_sandboxes(stack: RunningStack) -> int:
-    """Api sandbox processes alive (their ``lambda:ApiFunction`` process name is not kept by
-    the fork server, so count by the function's log lines instead: the REPORTs with an Init
-    Duration are the cold starts)."""
+def cold_reports(stack: RunningStack) -> list[dict[str, float]]:
+    """The api's cold starts so far, from its log's REPORT lines (those with an Init Duration:
+    a sandbox's first invocation): init wall and CPU (the handler's import), and the first
+    invocation's duration and CPU, in ms."""
     path = stack.env["LOCAL_STATE_DIR"] + "/logs/ApiFunction.log"
+    names = {"Init Duration": "init_ms", "Init CPU": "init_cpu_ms", "Duration": "first_ms",
+             "CPU": "first_cpu_ms"}  # fmt: skip
+    found = []
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            return sum(1 for line in f if line.startswith("REPORT") and "Init Duration" in line)
+            for line in f:
+                if line.startswith("REPORT") and "Init Duration" in line:
+                    parts = (p.split(": ", 1) for p in line.strip().split("\t") if ": " in p)
+                    fields = {k: v.removesuffix(" ms") for k, v in parts}
+                    found.append({n: float(fields[k]) for k, n in names.items() if k in fields})
     except OSError:
-        return 0
+        pass
+    return found
+
+
+def api_sandboxes(stack: RunningStack) -> int:
+    """Cold starts of the api so far (sandboxes' first invocations)."""
+    return len(cold_reports(stack))
+
+
+def cold_summary(reports: list[dict[str, float]]) -> dict[str, float | None]:
+    """Medians over cold starts: init wall and CPU, first invocation wall and CPU."""
+    keys = ("init_ms", "init_cpu_ms", "first_ms", "first_cpu_ms")
+    return {
+        f"median_{k}": round(statistics.median(v), 1) if (v := [r[k] for r in reports if k in r])
+        else None
+        for k in keys
+    }  # fmt: skip
 
 
 def report(name: str, r: dict[str, Any], cold: int | None = None) -> None:
@@ -170,6 +194,8 @@ def one_stack(clients: int) -> dict[str, Any]:
         ids += [b["id"] for b in more if isinstance(b, dict) and "id" in b]
         timed("warm_get", get, 200)
         timed("warm_list", listing, 200)
+        out["cold_starts"] = cold_summary(cold_reports(stack))
+        progress(f"api: cold starts (medians, ms): {out['cold_starts']}")
     return out
 
 
@@ -198,7 +224,10 @@ def main(argv: list[str] | None = None) -> int:
         out["create_burst_verdict"] = v
         print(v)
     for clients, phases in results.items():
+        print(f"{clients} client(s) api cold starts, medians: {phases['cold_starts']}")
         for name, r in phases.items():
+            if name == "cold_starts":
+                continue
             print(
                 f"{clients} client(s) {name:<12} p50 {r['p50_ms']:>5} ms  p99 {r['p99_ms']:>6} ms"
                 f"  max {r['max_ms']:>6} ms  {r['per_s']:>6}/s  wall {r['wall_s']} s"
