@@ -8,7 +8,12 @@ but what the interpreter itself loads. It measures ``time.process_time()`` aroun
 ``import_module`` (the CPU of the import only, not the interpreter's start) and the wall time,
 and lists the heavy modules the import left loaded (``HEAVY``: each should load on the first
 request that needs it, not at import). Targets (issue 37): api <= 0.6 s, trigger <= 0.4 s.
-Results merge into ``bench/results/latest.json`` under ``imports``: per function, the median
+
+Two ways: **compiled** (the bytecode cache warm, as on ``make run`` after its first start, and
+for packages installed with their ``.pyc``) and **from source** (an empty bytecode cache,
+``PYTHONPYCACHEPREFIX``: every module compiled on import - a fresh checkout's first start, or a
+deployment package shipped without ``.pyc``, whose read-only file system keeps none). Results
+merge into ``bench/results/latest.json`` under ``imports``: per function and way, the median
 and the range of the runs.
 
 The other benchmarks run each function in the local stack, so this one needs no stack: it reads
@@ -104,9 +109,9 @@ def import_once(spec: dict[str, Any], compiled: bool = True) -> dict[str, Any]:
     return result
 
 
-def measure(spec: dict[str, Any], runs: int) -> dict[str, Any]:
-    import_once(spec)  # the page cache: the first import after an install reads every file
-    samples = [import_once(spec) for _ in range(runs)]
+def measure(spec: dict[str, Any], runs: int, compiled: bool = True) -> dict[str, Any]:
+    import_once(spec)  # the page cache and the bytecode cache: the first run fills them
+    samples = [import_once(spec, compiled) for _ in range(runs)]
     cpu = sorted(s["cpu_s"] for s in samples)
     wall = sorted(s["wall_s"] for s in samples)
     return {
@@ -128,21 +133,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     specs = function_specs()
     wanted = {w.lower().removesuffix("function") for w in args.function or []}
-    out: dict[str, Any] = {"targets_cpu_s": TARGETS_S, "functions": {}}
+    out: dict[str, Any] = {"targets_cpu_s": TARGETS_S, "functions": {}, "from_source": {}}
     for name, spec in specs.items():
         if wanted and name.lower().removesuffix("function") not in wanted:
             continue
-        progress(f"imports: {name} ({spec['module']}), {args.runs} fresh interpreters")
-        m = measure(spec, args.runs)
-        out["functions"][name] = m
-        target = TARGETS_S.get(name)
-        verdict = "" if target is None else f" (target <= {target} s)"
-        print(
-            f"{name:<18} import CPU median {m['cpu_s']['median']:.3f} s "
-            f"[{m['cpu_s']['min']:.3f}-{m['cpu_s']['max']:.3f}]{verdict}, wall "
-            f"{m['wall_s']['median']:.3f} s, {m['modules']} modules; heavy loaded: "
-            f"{', '.join(m['heavy_loaded']) or 'none'}"
-        )
+        progress(f"imports: {name} ({spec['module']}), {args.runs} fresh interpreters each way")
+        for way, compiled in (("functions", True), ("from_source", False)):
+            m = measure(spec, args.runs, compiled)
+            out[way][name] = m
+            target = TARGETS_S.get(name)
+            verdict = "" if target is None else f" (target <= {target} s)"
+            print(
+                f"{name:<18} {'compiled' if compiled else 'from source':<11} import CPU median "
+                f"{m['cpu_s']['median']:.3f} s [{m['cpu_s']['min']:.3f}-{m['cpu_s']['max']:.3f}]"
+                f"{verdict}, wall {m['wall_s']['median']:.3f} s, {m['modules']} modules; heavy "
+                f"loaded: {', '.join(m['heavy_loaded']) or 'none'}"
+            )
     if not args.no_write and not wanted:
         print(f"wrote {write_results('imports', out)} (section imports)")
     print("rerun: .venv/bin/python -m bench.imports [--function api] [--runs N]")
