@@ -9,12 +9,14 @@ but what the interpreter itself loads. It measures ``time.process_time()`` aroun
 and lists the heavy modules the import left loaded (``HEAVY``: each should load on the first
 request that needs it, not at import). Targets (issue 37): api <= 0.6 s, trigger <= 0.4 s.
 
-Two ways: **compiled** (the bytecode cache warm, as on ``make run`` after its first start, and
-for packages installed with their ``.pyc``) and **from source** (an empty bytecode cache,
-``PYTHONPYCACHEPREFIX``: every module compiled on import - a fresh checkout's first start, or a
-deployment package shipped without ``.pyc``, whose read-only file system keeps none). Results
-merge into ``bench/results/latest.json`` under ``imports``: per function and way, the median
-and the range of the runs.
+Three ways: **compiled** (every bytecode cache warm, as on ``make run`` after its first
+start), **as deployed** (the project's own code - the function's directory and the shared
+layer's ``timers`` - copied without its ``.pyc`` and run with ``PYTHONDONTWRITEBYTECODE``, as
+on Lambda, whose read-only file system keeps no bytecode of the code ``sam build`` copies as
+source; the installed packages keep theirs) and **from source** (an empty bytecode cache for
+everything, stdlib and packages too, ``PYTHONPYCACHEPREFIX``: the worst case, a fresh
+interpreter's first import of all of it). Results merge into ``bench/results/latest.json``
+under ``imports``: per way and function, the median and the range of the runs.
 
 The other benchmarks run each function in the local stack, so this one needs no stack: it reads
 the template only. The CPU of a run depends on what else runs on the machine (and on the
@@ -25,10 +27,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 from bench.common import progress, quick, write_results
@@ -90,14 +94,21 @@ def function_specs() -> dict[str, dict[str, Any]]:
     }
 
 
-def import_once(spec: dict[str, Any], compiled: bool = True) -> dict[str, Any]:
-    """Import one handler module in a fresh interpreter: its CPU, wall time, heavy modules.
-    ``compiled`` False: with an empty bytecode cache, so every module is compiled from source
-    (a fresh checkout's first start; a package deployed without ``.pyc`` files)."""
-    with tempfile.TemporaryDirectory(prefix="bench-imports-") as cache:
-        env = spec["env"] if compiled else {**spec["env"], "PYTHONPYCACHEPREFIX": cache}
+WAYS = ("compiled", "as_deployed", "from_source")
+
+
+def import_once(spec: dict[str, Any], way: str = "compiled") -> dict[str, Any]:
+    """Import one handler module in a fresh interpreter: its CPU, wall time, heavy modules,
+    one of the WAYS."""
+    with tempfile.TemporaryDirectory(prefix="bench-imports-") as scratch:
+        env, paths = spec["env"], spec["paths"]
+        if way == "from_source":
+            env = {**env, "PYTHONPYCACHEPREFIX": scratch}
+        elif way == "as_deployed":
+            env = {**env, "PYTHONDONTWRITEBYTECODE": "1"}
+            paths = [_copy_source(path, Path(scratch) / str(n)) for n, path in enumerate(paths)]
         done = subprocess.run(
-            [sys.executable, "-c", _CHILD, json.dumps(spec)],
+            [sys.executable, "-c", _CHILD, json.dumps({**spec, "paths": paths})],
             capture_output=True,
             text=True,
             timeout=120,
@@ -109,9 +120,15 @@ def import_once(spec: dict[str, Any], compiled: bool = True) -> dict[str, Any]:
     return result
 
 
-def measure(spec: dict[str, Any], runs: int, compiled: bool = True) -> dict[str, Any]:
+def _copy_source(path: str, to: Path) -> str:
+    """A code path's sources, without bytecode (the project's code as sam build packages it)."""
+    shutil.copytree(path, to, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+    return str(to)
+
+
+def measure(spec: dict[str, Any], runs: int, way: str = "compiled") -> dict[str, Any]:
     import_once(spec)  # the page cache and the bytecode cache: the first run fills them
-    samples = [import_once(spec, compiled) for _ in range(runs)]
+    samples = [import_once(spec, way) for _ in range(runs)]
     cpu = sorted(s["cpu_s"] for s in samples)
     wall = sorted(s["wall_s"] for s in samples)
     return {
@@ -133,18 +150,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     specs = function_specs()
     wanted = {w.lower().removesuffix("function") for w in args.function or []}
-    out: dict[str, Any] = {"targets_cpu_s": TARGETS_S, "functions": {}, "from_source": {}}
+    out: dict[str, Any] = {"targets_cpu_s": TARGETS_S, **{way: {} for way in WAYS}}
     for name, spec in specs.items():
         if wanted and name.lower().removesuffix("function") not in wanted:
             continue
         progress(f"imports: {name} ({spec['module']}), {args.runs} fresh interpreters each way")
-        for way, compiled in (("functions", True), ("from_source", False)):
-            m = measure(spec, args.runs, compiled)
+        for way in WAYS:
+            m = measure(spec, args.runs, way)
             out[way][name] = m
             target = TARGETS_S.get(name)
             verdict = "" if target is None else f" (target <= {target} s)"
             print(
-                f"{name:<18} {'compiled' if compiled else 'from source':<11} import CPU median "
+                f"{name:<18} {way:<11} import CPU median "
                 f"{m['cpu_s']['median']:.3f} s [{m['cpu_s']['min']:.3f}-{m['cpu_s']['max']:.3f}]"
                 f"{verdict}, wall {m['wall_s']['median']:.3f} s, {m['modules']} modules; heavy "
                 f"loaded: {', '.join(m['heavy_loaded']) or 'none'}"
