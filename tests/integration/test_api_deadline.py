@@ -71,11 +71,11 @@ def slow_create(api: Api, monkeypatch: pytest.MonkeyPatch, seconds: float) -> li
 def test_a_request_still_running_at_its_deadline_is_a_503_with_retry_after(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls = slow_create(api, monkeypatch, 10.0)
-    # Arrived at the gateway 6.5 s ago (a cold start, a wait for a sandbox): 1.5 s are left.
+    calls = slow_create(api, monkeypatch, 60.0)
+    # Arrived at the gateway 20 s ago (a cold start, a wait for a sandbox): 5 s are left.
     started = time.monotonic()
-    is_unavailable(*answer(create_event(api, deadline.ANSWER_WITHIN_MS - 1_500)))
-    assert calls and time.monotonic() - started < 5.0  # cut at its deadline, not after 10 s
+    is_unavailable(*answer(create_event(api, deadline.ANSWER_WITHIN_MS - 5_000)))
+    assert calls and time.monotonic() - started < 20.0  # cut at its deadline, not after 60 s
 
 
 def test_a_request_that_arrives_after_its_deadline_is_answered_at_once(
@@ -89,11 +89,11 @@ def test_a_request_that_arrives_after_its_deadline_is_answered_at_once(
 def test_the_functions_own_timeout_bounds_the_deadline(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A function Timeout of 2.5 s leaves 1.5 s before its margin: answered by then."""
-    calls = slow_create(api, monkeypatch, 10.0)
+    """A function Timeout of 6 s leaves 5 s before its margin: answered by then."""
+    calls = slow_create(api, monkeypatch, 60.0)
     started = time.monotonic()
-    is_unavailable(*answer(create_event(api), timeout_s=deadline.TIMEOUT_MARGIN_MS / 1000 + 1.5))
-    assert calls and time.monotonic() - started < 5.0
+    is_unavailable(*answer(create_event(api), timeout_s=deadline.TIMEOUT_MARGIN_MS / 1000 + 5))
+    assert calls and time.monotonic() - started < 20.0
 
 
 def test_a_request_in_time_is_answered_as_ever_and_leaves_no_alarm(api: Api) -> None:
@@ -103,3 +103,10 @@ def test_a_request_in_time_is_answered_as_ever_and_leaves_no_alarm(api: Api) -> 
     assert status == 201 and body["id"]
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
     assert signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, signal.SIG_IGN, None)
+
+
+def test_a_replayed_event_is_bounded_by_the_timeout_only(api: Api) -> None:
+    """An event older than the integration timeout is no live request (API Gateway gave up on
+    it): a sample or replayed one, answered as ever (the sample events of events/)."""
+    status, body, _ = answer(create_event(api, deadline.INTEGRATION_TIMEOUT_MS + 60_000))
+    assert status == 201 and body["id"]

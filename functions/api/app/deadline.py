@@ -32,6 +32,10 @@ below the HTTP API's integration timeout (30 s), so the caller gets this 503 rat
 Gateway's own."""
 TIMEOUT_MARGIN_MS = 1_000
 """Before the function's own timeout: time to answer, log and flush metrics."""
+INTEGRATION_TIMEOUT_MS = 30_000
+"""The HTTP API's: an event that arrived longer ago than this is no live request (API Gateway
+stopped waiting for it) but a replayed or sample one (``sam local invoke -e events/...``), and
+only the function's timeout bounds it."""
 
 
 class Late(BaseException):
@@ -44,7 +48,11 @@ def deadline_ms(event: dict[str, Any], remaining_ms: int, now_ms: int | None = N
     now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
     deadline = now + remaining_ms - TIMEOUT_MARGIN_MS
     arrived = (event.get("requestContext") or {}).get("timeEpoch")
-    if isinstance(arrived, int) and not isinstance(arrived, bool) and arrived <= now:
+    if (
+        isinstance(arrived, int)
+        and not isinstance(arrived, bool)
+        and 0 <= now - arrived <= INTEGRATION_TIMEOUT_MS
+    ):
         deadline = min(deadline, arrived + ANSWER_WITHIN_MS)
     return deadline
 
@@ -52,7 +60,8 @@ def deadline_ms(event: dict[str, Any], remaining_ms: int, now_ms: int | None = N
 @contextmanager
 def answer_by(deadline: int) -> Iterator[None]:
     """Raise :class:`Late` in this block at ``deadline`` (epoch ms), or at once if it passed.
-    Outside the main thread (no signals there) the block just runs."""
+    The block owns SIGALRM and the real-time interval timer (nothing else in a Lambda sandbox
+    uses them); outside the main thread (no signals there) it just runs."""
     left_s = (deadline - time.time_ns() // 1_000_000) / 1000
     if left_s <= 0:
         raise Late
