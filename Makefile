@@ -80,7 +80,8 @@ reverts: venv
 	$(BIN)/python -m ops.check_reverts $(if $(EXAMPLES),--examples $(EXAMPLES))
 
 # Engine (Redis path vs the naive design) and the hot second, cost per fire (counted units x
-# list prices), fire lag and webhook lag on the local stack, and the flush scenario; each
+# list prices), fire lag and webhook lag on the local stack, the flush scenario, each
+# handler's import CPU and the API's latency cold and warm (docs/api-performance.md); each
 # merges its section into bench/results/latest.json.
 bench: venv
 	QUICK=$(QUICK) $(BIN)/python -m bench.engine
@@ -91,6 +92,8 @@ bench: venv
 	QUICK=$(QUICK) $(BIN)/python -m bench.webhooks
 	QUICK=$(QUICK) $(BIN)/python -m bench.flush
 	QUICK=$(QUICK) $(BIN)/python -m bench.controls
+	QUICK=$(QUICK) $(BIN)/python -m bench.imports
+	QUICK=$(QUICK) $(BIN)/python -m bench.api
 	@$(BIN)/python -m bench.report
 
 lint: venv

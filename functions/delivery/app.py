@@ -15,7 +15,6 @@ import time
 from functools import cache
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import (
@@ -27,6 +26,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 
+from timers import aws
 from timers.adapters import http_target
 from timers.adapters.delivery_records import DeliveryRecords
 from timers.adapters.failed_fires import FailedFireStore
@@ -82,14 +82,14 @@ def settings() -> Settings:
 
 @cache
 def sqs() -> Any:
-    return boto3.client("sqs", config=AWS_CONFIG)
+    return aws.client("sqs", config=AWS_CONFIG)
 
 
 @cache
 def deps() -> DeliveryDeps:
     """Clients and settings, built once per cold start (not at import)."""
     settings_ = settings()
-    dynamodb = boto3.client("dynamodb", config=AWS_CONFIG)
+    dynamodb = aws.client("dynamodb", config=AWS_CONFIG)
     allow_loopback = settings_.timers_allow_loopback_targets
 
     def dead_letter(message: Message, reason: str) -> None:

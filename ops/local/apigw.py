@@ -23,12 +23,14 @@ API_ID = "local"
 # octet-stream, ...) arrives base64-encoded with isBase64Encoded. AWS does not list these; this
 # is the split observed on real HTTP APIs.
 _TEXT_TYPES = ("application/json", "application/xml", "application/javascript")
-# What an HTTP API answers by itself (no route, failed function, unusable result).
+# What an HTTP API answers by itself (no route, failed function, unusable result, integration
+# timeout).
 _GATEWAY_MESSAGES = {
     404: "Not Found",
     413: "Request Entity Too Large",
     429: "Too Many Requests",
     500: "Internal Server Error",
+    503: "Service Unavailable",
 }
 
 
@@ -168,7 +170,8 @@ def _header_value(value: Any) -> str:
 
 def gateway_response(status: int, request: str | None = None) -> HttpResponse:
     """An answer the HTTP API gives itself: ``{"message": ...}``, its own body, since HTTP
-    APIs have no gateway responses to reshape it (404 no route, 500 failed function)."""
+    APIs have no gateway responses to reshape it (404 no route, 500 failed function, 503 no
+    answer within the integration timeout)."""
     body = json.dumps({"message": _GATEWAY_MESSAGES[status]}).encode()
     return HttpResponse(
         status,

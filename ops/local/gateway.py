@@ -3,7 +3,11 @@
 - The template's HttpApi routes, turned into payload format 2.0 events for their function
   (``apigw``). Any method reaches the routing (TRACE and methods nobody has heard of too):
   what no route serves goes to the ``$default`` route if the template has one, else gets the
-  HTTP API's own ``{"message":"Not Found"}`` 404.
+  HTTP API's own ``{"message":"Not Found"}`` 404. As an HTTP API does, it answers a failed
+  function (or an unusable result) with its own 500, and stops waiting after the route's
+  ``TimeoutInMillis`` (30 s by default) with its own 503 ``{"message":"Service Unavailable"}``,
+  the invocation running on - the wait for a free sandbox and a cold start count. (The api
+  function answers before both: 503 ``unavailable`` with Retry-After; see its ``deadline``.)
 - The Lambda Invoke API (``POST /2015-03-31/functions/<name>/invocations``), which the
   fan-out's boto3 client reaches through ``AWS_ENDPOINT_URL_LAMBDA``; ``aws lambda invoke
   --endpoint-url`` works too.
@@ -20,7 +24,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ops.local import apigw
-from ops.local.lambdas import FunctionPool
+from ops.local.lambdas import FunctionPool, Outcome
 from ops.local.spec import StackSpec
 
 INVOKE_PREFIX = "/2015-03-31/functions/"
@@ -93,7 +97,9 @@ class _Handler(BaseHTTPRequestHandler):
             source_ip=self.client_address[0],
         )
         request_id = event["requestContext"]["requestId"]
-        outcome = self.server.pools[route.function].invoke(event)
+        outcome = _within(route.timeout_ms / 1000, self.server.pools[route.function].invoke, event)
+        if outcome is None:  # the integration timeout: the function runs on, unheard
+            return apigw.gateway_response(503, request_id)
         response = None if outcome.function_error else apigw.from_proxy_result(outcome.payload)
         if response is None:  # the function failed, or its result is not one API Gateway can use
             return apigw.gateway_response(500, request_id)
@@ -138,6 +144,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # do_any logs API requests itself; Lambda API calls are internal chatter
+
+
+def _within(timeout_s: float, invoke: Callable[[Any], Outcome], event: Any) -> Outcome | None:
+    """``invoke(event)``, or None if it has not returned within ``timeout_s`` - as an HTTP API
+    stops waiting for its integration (a wait for a free sandbox and a cold start count), while
+    the invocation carries on."""
+    result: list[Outcome] = []
+    thread = threading.Thread(
+        target=lambda: result.append(invoke(event)), name="gateway-invoke", daemon=True
+    )
+    thread.start()
+    thread.join(timeout_s)
+    return result[0] if result else None
 
 
 def _lambda_error(status: int, error_type: str, message: str) -> apigw.HttpResponse:

@@ -59,6 +59,7 @@ class Route:
     path: str  # the template path, e.g. /v1/timers/{id}; $default for the catch-all
     function: str
     stage: str
+    timeout_ms: int = 30_000  # TimeoutInMillis: the integration timeout (an HTTP API's default)
 
     @property
     def key(self) -> str:
@@ -409,4 +410,7 @@ def _http_api_route(
     method = str(props.get("Method") or "ANY").upper()
     if method == "X-AMAZON-APIGATEWAY-ANY-METHOD":
         method = "ANY"
-    return Route(method, route_path, function, stage)
+    timeout = props.get("TimeoutInMillis", 30_000)
+    if isinstance(timeout, bool) or not isinstance(timeout, int) or not 50 <= timeout <= 30_000:
+        raise TemplateError(f"{where}: TimeoutInMillis must be a number from 50 to 30000")
+    return Route(method, route_path, function, stage, timeout)

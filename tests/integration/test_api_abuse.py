@@ -68,7 +68,7 @@ def test_traces_and_logs_keep_no_secret_or_payload(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     traces = RecordingProvider()
-    monkeypatch.setattr(resolver.tracer, "provider", traces)
+    monkeypatch.setattr(resolver.tracer(), "provider", traces)
     secret = api.call("GET", "/v1/tenant").body["webhook_secret"]
     timer = api.create(
         schedule={"type": "at", "at": AT},

@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -206,6 +208,27 @@ def test_results_map_back_as_an_http_api_maps_them(plain: Served) -> None:
     result.update(statusCode="teapot")
     status, _, body = server.request("GET", "/items/1")
     assert (status, json.loads(body)) == (500, {"message": "Internal Server Error"})
+
+
+def test_no_answer_within_the_integration_timeout_is_the_http_apis_503() -> None:
+    """An HTTP API stops waiting for its integration after the route's TimeoutInMillis (a wait
+    for a sandbox and a cold start count) and answers 503 itself; the function runs on. Before,
+    the local gateway waited for as long as the function took."""
+    slow = Route("GET", "/slow", "Slow", "$default", timeout_ms=300)
+    server = Served([slow])
+    try:
+        release = threading.Event()
+        server.pools["Slow"].result = lambda event: (release.wait(5), answer()(event))[1]
+        started = time.monotonic()
+        status, headers, body = server.request("GET", "/slow")
+        assert (status, json.loads(body)) == (503, {"message": "Service Unavailable"})
+        assert time.monotonic() - started < 2.0 and len(header(headers, "apigw-requestid")) == 1
+        release.set()
+        assert server.pools["Slow"].events  # the function was invoked, and ran on
+        fast = server.request("GET", "/slow")  # a function that answers in time is heard
+        assert fast[0] == 200
+    finally:
+        server.stop()
 
 
 def test_a_failed_function_is_the_http_apis_500(plain: Served) -> None:

@@ -257,3 +257,4 @@ def test_each_invocation_logs_a_report_line_as_lambda_does(
         assert fields["Memory Size"] == "128 MB"
         assert float(fields["CPU"].removesuffix(" ms")) >= 0
     assert "Init Duration" in lines[0] and "Init Duration" not in lines[1]
+    assert "Init CPU" in lines[0] and "Init CPU" not in lines[1]  # the import's CPU (local)

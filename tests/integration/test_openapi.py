@@ -248,3 +248,20 @@ def test_an_idempotency_key_is_a_declared_bounded_header(api: Api, doc: dict[str
     assert (reply.status, reply.error_code) == (400, "validation_error")
     assert reply.error_fields == {"idempotency-key"}  # header names: lower case
     assert api.call("GET", "/v1/timers").body["items"] == []
+
+
+def test_the_route_table_agrees_with_the_document(doc: dict[str, Any]) -> None:
+    """The preflight's table (methods per path, which take a body, which need no key) is read
+    from the resolver's routes, not from the document (a cold start's first request would
+    generate it): both say the same of every operation."""
+    from functions.api.app import routing
+    from functions.api.app.openapi import PUBLIC_PATHS
+
+    for path, item in doc["paths"].items():
+        concrete = path.replace("{", "x").replace("}", "")  # one segment per parameter
+        table = routing.route_methods(concrete)
+        methods = {m: operation for m, operation in item.items() if m in HTTP_METHODS}
+        assert set(table) == {method.upper() for method in methods}, path
+        for method, operation in methods.items():
+            expected = routing.Operation("requestBody" in operation, path in PUBLIC_PATHS)
+            assert table[method.upper()] == expected, (method, path)

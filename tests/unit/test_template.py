@@ -190,6 +190,22 @@ def test_the_functions_route_table_serves_exactly_the_template_routes() -> None:
     assert routing.route_methods("/v1") == {}
 
 
+def test_the_api_answers_before_the_gateway_gives_up_and_before_lambda_kills_it() -> None:
+    """The api's own deadline (503 with Retry-After) comes before the function's Timeout (a
+    Lambda timeout is API Gateway's 500) and before each route's integration timeout (API
+    Gateway's own 503), which the function's Timeout is under too."""
+    from functions.api.app import deadline
+
+    api = template.resources("AWS::Serverless::Function")["ApiFunction"]
+    timeout_ms = api["Timeout"] * 1000
+    assert timeout_ms > deadline.TIMEOUT_MARGIN_MS  # time to work before the margin
+    events = [e for e in api["Events"].values() if e["Type"] == "HttpApi"]
+    assert events
+    for event in events:
+        integration_ms = event["Properties"].get("TimeoutInMillis", 30_000)
+        assert integration_ms > max(deadline.ANSWER_WITHIN_MS, timeout_ms), event
+
+
 # ---------------------------------------------------------------- hardening (issue 19)
 
 RESOURCES: dict[str, dict[str, Any]] = template.load()["Resources"]

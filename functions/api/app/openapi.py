@@ -4,27 +4,30 @@ API answers and nothing else; served at ``GET /v1/openapi.json`` (no key)."""
 from __future__ import annotations
 
 from functools import cache
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.event_handler import Response, content_types
-from aws_lambda_powertools.event_handler.openapi.models import APIKey, OpenAPI, Tag
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from .operations import errors
+from .operations import SLOW, errors
 from .resolver import app
 from .routes import fires, health, preview, tenant, timers
 from .static_files import STATIC_PATHS
+
+if TYPE_CHECKING:  # the document's models load when it is first asked for, not on a cold start
+    from aws_lambda_powertools.event_handler.openapi.models import OpenAPI
 
 OPENAPI_PATH = "/v1/openapi.json"
 PUBLIC_PATHS = frozenset({health.HEALTH_PATH, OPENAPI_PATH, *STATIC_PATHS})
 """The paths served without a key (every method they have is a GET). The static files are not
 operations of the document (the docs page would list them among the API's)."""
-TAGS = [  # the docs page's groups, in this order
-    Tag(name=timers.TAG, description="Create, list, change, pause, resume and cancel timers"),
-    Tag(name=fires.TAG, description="A timer's fires; failed webhook fires and their redelivery"),
-    Tag(name=preview.TAG, description="Preview a schedule's fire times (creates nothing)"),
-    Tag(name=tenant.TAG, description="The caller's tenant"),
-    Tag(name=health.TAG, description="Liveness and this document (no key needed)"),
-]
+TAGS = {  # the docs page's groups, in this order
+    timers.TAG: "Create, list, change, pause, resume and cancel timers",
+    fires.TAG: "A timer's fires; failed webhook fires and their redelivery",
+    preview.TAG: "Preview a schedule's fire times (creates nothing)",
+    tenant.TAG: "The caller's tenant",
+    health.TAG: "Liveness and this document (no key needed)",
+}
 router = APIGatewayHttpRouter()
 
 
@@ -51,6 +54,8 @@ def openapi() -> Response[str]:
 
 @cache
 def openapi_schema() -> OpenAPI:
+    from aws_lambda_powertools.event_handler.openapi.models import APIKey, Tag
+
     schema = app.get_openapi_schema(
         title="Timer service",
         version="1.0.0",
@@ -62,7 +67,7 @@ def openapi_schema() -> OpenAPI:
         ),
         security_schemes={"apiKey": APIKey.model_validate({"in": "header", "name": "x-api-key"})},
         security=[{"apiKey": []}],
-        tags=list(TAGS),
+        tags=[Tag(name=name, description=about) for name, about in TAGS.items()],
     )
     for path in PUBLIC_PATHS:  # the framework drops an operation's empty security list
         if schema.paths and (item := schema.paths.get(path)) and item.get:
@@ -73,11 +78,15 @@ def openapi_schema() -> OpenAPI:
 def _declared_only(schema: OpenAPI) -> OpenAPI:
     """What the API answers and nothing else. The framework adds a 422 to every operation
     (its validation error), which this API never sends: request_invalid answers 400. It also
-    gives a response without ``content`` the return type's, which a 204 does not have."""
+    gives a response without ``content`` the return type's, which a 204 does not have. And
+    every operation may answer 503 with Retry-After when it cannot answer in time."""
     data = schema.model_dump(by_alias=True, exclude_none=True)
+    slow = _slow_response()
     for item in data.get("paths", {}).values():
         for operation in item.values():
             responses = operation["responses"]
+            if str(SLOW) not in responses and SLOW not in responses:
+                responses[str(SLOW)] = slow
             responses.pop("422", None)
             responses.pop(422, None)
             for status, response in responses.items():
@@ -86,7 +95,16 @@ def _declared_only(schema: OpenAPI) -> OpenAPI:
     schemas = data.get("components", {}).get("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError", "ResponseValidationError"):
         schemas.pop(unused, None)
-    return OpenAPI.model_validate(data)
+    return type(schema).model_validate(data)
+
+
+def _slow_response() -> dict[str, object]:
+    [(_, response)] = errors(SLOW).items()
+    return {
+        "description": response["description"],
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}},
+        "headers": response["headers"],
+    }
 
 
 @cache

@@ -37,10 +37,15 @@ _WHEN = {
     429: "rate_limited: the tenant is over its request rate; retry after `Retry-After` seconds. "
     "(Over the stage-wide safety throttle, API Gateway itself answers 429 "
     '`{"message":"Too Many Requests"}`.)',
-    503: "unavailable: the service's reference clock (Redis TIME, what fires are timed by) "
-    "cannot be read, or not trusted, now; nothing was done (no fire claimed or sent): retry "
-    "after `Retry-After` seconds",
+    503: "unavailable: the service could not answer in time (busy, or starting up), or - for run "
+    "now - its reference clock (Redis TIME, what fires are timed by) cannot be read or trusted "
+    "now (then nothing was done: no fire claimed or sent); retry after `Retry-After` seconds. A "
+    "request cut off by the time limit may have taken effect: retry a create with the same "
+    "`Idempotency-Key`",
 }
+SLOW = 503
+"""Every operation can answer it (functions/api/app/deadline.py); openapi.py declares it on
+each, so the routes do not list it."""
 _HEADERS: dict[int, dict[str, Any]] = {
     405: {"Allow": {"description": "The methods this path serves", "schema": {"type": "string"}}},
     429: {

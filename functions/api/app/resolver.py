@@ -3,6 +3,7 @@ settings) and the caller's tenant."""
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -13,10 +14,17 @@ from timers.core import strict_json
 from timers.runtime import Runtime, build_runtime
 
 logger = Logger()
-tracer = Tracer()
 metrics = Metrics()
 # Bodies are parsed once, strictly: NaN, lone surrogates, deep nesting are a 400 (strict_json).
 app = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=strict_json.loads)
+
+
+@cache
+def tracer() -> Tracer:
+    """The X-Ray tracer, made on the first request: making it imports the X-Ray SDK (even to
+    disable it, as on the local stack), which a cold start's import need not wait for."""
+    return Tracer()
+
 
 _runtime: Runtime | None = None  # tests and the cost benchmark put theirs here
 

@@ -1,8 +1,12 @@
-"""Which methods each path serves, read from the OpenAPI document (powertools keeps its route
-table private), and the 404 / 405 answers built from it.
+"""Which methods each path serves, read from the resolver's routes, and the 404 / 405 answers
+built from it.
 
-The document is generated from the routes, so the table cannot drift from what the router
-serves; tests/unit/test_template.py checks both against template.yaml's routes.
+Powertools keeps its route table private (``_static_routes``, ``_dynamic_routes``); the OpenAPI
+document is generated from the same routes, but generating it costs a cold sandbox's first
+request ~0.1 s of CPU (and its models' import), so the table reads the routes directly: a
+route takes a body when its handler has a body parameter - what gives an operation of the
+document its ``requestBody``. tests/unit/test_template.py checks the table against
+template.yaml's routes, and tests/integration/test_openapi.py against the document.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 
 from .errors import error_response
-from .openapi import PUBLIC_PATHS, openapi_schema
+from .openapi import PUBLIC_PATHS
 from .resolver import app
 from .static_files import STATIC_PATHS
 
@@ -48,17 +52,15 @@ def route_methods(path: str) -> dict[str, Operation]:
 
 @cache
 def _route_table() -> tuple[_PathRoutes, ...]:
-    document = openapi_schema().model_dump(by_alias=True, exclude_none=True)
-    table = [
-        _PathRoutes(_pattern(template), {
-            method.upper(): Operation("requestBody" in operation, template in PUBLIC_PATHS)
-            for method, operation in item.items()
-        })
-        for template, item in document.get("paths", {}).items()
-    ]  # fmt: skip
-    # Static files (GET, no body, no key) stay routes even where the document leaves them out.
-    table += [_PathRoutes(_pattern(path), {"GET": Operation(False, True)}) for path in STATIC_PATHS]
-    return tuple(table)
+    by_path: dict[str, dict[str, Operation]] = {}
+    for route in [*app._static_routes, *app._dynamic_routes]:
+        template = route.openapi_path  # /v1/timers/{timer_id}
+        if template in STATIC_PATHS:  # static files: GET, no body, no key
+            operation = Operation(False, True)
+        else:
+            operation = Operation(bool(route.dependant.body_params), template in PUBLIC_PATHS)
+        by_path.setdefault(template, {})[route.method.upper()] = operation
+    return tuple(_PathRoutes(_pattern(path), methods) for path, methods in by_path.items())
 
 
 def _pattern(template: str) -> re.Pattern[str]:

@@ -14,12 +14,12 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-import boto3
 import redis
 from botocore.config import Config
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from timers import aws
 from timers.adapters.delivery_records import DeliveryRecords
 from timers.adapters.failed_fires import DeliveryQueue, FailedFireStore
 from timers.adapters.idempotency import IdempotencyStore
@@ -259,11 +259,11 @@ def trigger_deps(w: Wiring, sqs: Any, **overrides: Any) -> TriggerDeps:
 def trigger() -> tuple[Wiring, TriggerDeps]:
     w = wire(
         Settings.from_env(),
-        dynamodb=boto3.client("dynamodb", config=CLAIM_CONFIG),
-        record_dynamodb=boto3.client("dynamodb", config=RECORD_CONFIG),
+        dynamodb=aws.client("dynamodb", config=CLAIM_CONFIG),
+        record_dynamodb=aws.client("dynamodb", config=RECORD_CONFIG),
         timer_settings=CLAIM_TIMEOUTS,
     )
-    return w, trigger_deps(w, boto3.client("sqs", config=SQS_CONFIG))
+    return w, trigger_deps(w, aws.client("sqs", config=SQS_CONFIG))
 
 
 def migrator() -> MigratorDeps:
@@ -271,7 +271,7 @@ def migrator() -> MigratorDeps:
 
 
 def fanout() -> FanoutDeps:
-    invoke = boto3.client("lambda", config=LAMBDA_CONFIG).invoke
+    invoke = aws.client("lambda", config=LAMBDA_CONFIG).invoke
     return fanout_deps(wire(Settings.from_env()), invoke, wall_clock_ms, time.sleep)
 
 
@@ -303,7 +303,7 @@ def build_runtime(
 
     def sqs_client() -> Any:
         if not sqs:
-            sqs.append(boto3.client("sqs", config=SQS_CONFIG))
+            sqs.append(aws.client("sqs", config=SQS_CONFIG))
         return sqs[0]
 
     usage = UsageCounters(s.claims_table)

@@ -7,8 +7,11 @@ import types
 from functools import cache
 from typing import Any, TypeVar, cast
 
-import boto3
 from pynamodb.models import Model
+
+from timers import aws
+
+aws.share_with_pynamodb()  # every model's connection: the service data parsed once
 
 M = TypeVar("M", bound=Model)
 
@@ -34,7 +37,7 @@ class LowLevelClient:
     @property
     def client(self) -> Any:
         if self._client is None:
-            self._client = boto3.client("dynamodb")
+            self._client = aws.client("dynamodb")
         return self._client
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import boto3
 from botocore.exceptions import ClientError
 
+from timers import aws
 from timers.adapters.dynamodb import LowLevelClient, condition_failed
 from timers.core.failures import FailedFire, sort_key
 
@@ -188,7 +188,7 @@ class DeliveryQueue:
 
     def send(self, body: str, attributes: Mapping[str, str]) -> None:
         if self._client is None:  # built on first use, not on the api's cold start
-            self._client = boto3.client("sqs")
+            self._client = aws.client("sqs")
         self._client.send_message(
             QueueUrl=self.queue_url,
             MessageBody=body,

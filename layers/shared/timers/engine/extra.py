@@ -37,7 +37,6 @@ from timers.core.schedule import first_fire, is_recurring, next_fire
 from timers.core.timer import Timer
 from timers.engine.entries import Entry, EntryRef, ref_of
 from timers.engine.log import TTL, TTL_MARGIN_S, FireLog
-from timers.engine.trigger import ClockSync
 from timers.sending import Delivery, Sender, SqsPort
 
 log = logging.getLogger(__name__)
@@ -84,6 +83,8 @@ class Extras:
         """Fire the timer ``load`` reads (its current target and payload) once now; returns it,
         the position and its recorded entry (sent, or failed with the reason)."""
         timer, cursor_pos = load()
+        from timers.engine.trigger import ClockSync  # the trigger's core: not on the api's import
+
         owner = self.new_owner()
         sync = ClockSync(self.clock, self.reference)  # never early: the trigger's clock
         try:
