@@ -196,7 +196,10 @@ def test_cli_update_changes_what_it_is_given_and_clears_with_clear(
                 "--retry-attempts", "3", env=env).stdout  # fmt: skip
     fields = dict(line.split(None, 1) for line in shown.splitlines())
     assert (fields["id"], fields["schedule"], fields["name"]) == (made.id, "after 3600s", "standup")
-    assert (fields["retry"], fields["window_seconds"]) == ("max_attempts 3, max_age_seconds -", "0s")
+    assert (fields["retry"], fields["window_seconds"]) == (
+        "max_attempts 3, max_age_seconds -",
+        "0s",
+    )
     cli("update", made.id, "--retry-max-age", "10m", env=env)
     after_both = sdk.get(made.id)
     assert after_both.retry == {"max_attempts": 3, "max_age_seconds": 600}

@@ -11,7 +11,7 @@ from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from .operations import errors
 from .resolver import app
-from .routes import fires, health, preview, tenant, timers
+from .routes import fires, groups, health, preview, tenant, timers
 from .static_files import STATIC_PATHS
 
 OPENAPI_PATH = "/v1/openapi.json"
@@ -20,6 +20,10 @@ PUBLIC_PATHS = frozenset({health.HEALTH_PATH, OPENAPI_PATH, *STATIC_PATHS})
 operations of the document (the docs page would list them among the API's)."""
 TAGS = [  # the docs page's groups, in this order
     Tag(name=timers.TAG, description="Create, list, change, pause, resume and cancel timers"),
+    Tag(
+        name=groups.TAG,
+        description="A tenant's groups: pause, resume or delete every timer of one at once",
+    ),
     Tag(name=fires.TAG, description="A timer's fires; failed webhook fires and their redelivery"),
     Tag(name=preview.TAG, description="Preview a schedule's fire times (creates nothing)"),
     Tag(name=tenant.TAG, description="The caller's tenant"),
