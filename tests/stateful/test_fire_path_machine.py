@@ -89,7 +89,7 @@ max_fires = st.sampled_from([None, None, 2, 5])
 tenants = st.sampled_from(["acme", "acme", "globex"])  # acme: one claim partition (hot items)
 windows = st.sampled_from([0, 0, 0, 2, 30])  # a flexible window (s): fires batched within it
 GROUPS = ("g0", "g1")
-groups = st.sampled_from([None, None, *GROUPS])
+groups = st.sampled_from([None, "g0", "g0", "g1"])
 group_actions = st.sampled_from(["pause", "resume", "delete"])
 steps = st.sampled_from(HOOKS)
 race_steps = st.sampled_from(["leased", "claimed", "claimed", "claimed", "sent", "recorded"])
@@ -240,12 +240,16 @@ class FirePathMachine(RuleBasedStateMachine):
         self._learn(reply.body, tenant, now)
 
     @rule(which=st.lists(schedules, min_size=2, max_size=6), big=st.booleans(),
-          tenant=tenants, die_at=st.none() | st.integers(0, 2))  # fmt: skip
-    def create_batch(self, which: list[int], big: bool, tenant: str, die_at: int | None) -> None:
+          tenant=tenants, die_at=st.none() | st.integers(0, 2), group=groups)  # fmt: skip
+    def create_batch(
+        self, which: list[int], big: bool, tenant: str, die_at: int | None, group: str | None
+    ) -> None:
         """A batch create - one that dies at its first, second or third DynamoDB write too
-        (issue 16, defect 5: its timers must never fire without their payloads)."""
+        (issue 16, defect 5: its timers must never fire without their payloads) - all of it
+        into one group, or none."""
         now = self.world.clock()
-        specs = [{"schedule": SCHEDULES[w](now), "payload": _payload(big), "name": f"b{i}"}
+        specs = [{"schedule": SCHEDULES[w](now), "payload": _payload(big), "name": f"b{i}",
+                  **({"group": group} if group else {})}
                  for i, w in enumerate(which)]  # fmt: skip
         if die_at is not None:  # the payloads', the timers' or the wakeups' write
             self.world.faults.armed.append(Fault("BatchWriteItem", "kill", skip=die_at))
@@ -510,14 +514,18 @@ class FirePathMachine(RuleBasedStateMachine):
         die_at=st.none() | st.integers(0, 8),
         create_between=st.booleans(),
         which=schedules,
+        pick=picks,
     )
     def group_operation(
         self, group: str, tenant: str, action: str, die_at: int | None, create_between: bool,
-        which: int,
+        which: int, pick: int,
     ) -> None:  # fmt: skip
         """A group operation, in steps of 2: dying at a DynamoDB call of a step (a crash
         between its writes) and called again, with a timer created into the group between
         steps (the operation may miss it; the model learns what it did)."""
+        timer = self._pick(pick)  # mostly the group of a timer made so far
+        if timer is not None and self.group_of.get(timer) is not None:
+            tenant, group = self.owner[timer], str(self.group_of[timer])
         if die_at is not None:
             self.world.faults.armed.append(Fault("*", "kill", skip=die_at))
         created: list[int] = []
