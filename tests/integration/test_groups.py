@@ -330,3 +330,25 @@ def test_export_carries_the_group(api: Api) -> None:
     timer = api.create(schedule=EVERY, group="keep")
     assert api.call("GET", "/v1/timers").body["items"][0]["group"] == "keep"
     assert timer["group"] == "keep"
+
+
+def test_a_call_starts_no_chunk_it_would_not_end_within_its_budget(api: Api) -> None:
+    """Judged by its slowest chunk so far: each answer comes well within the api's timeout,
+    however slow each change is."""
+    ops = api.runtime.groups
+    ops.chunk, ops.budget_ms = 3, 1_000
+    ids = in_group(api, 8, "slow")
+    change = ops.changes.change
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        api.clock.advance(150)  # each change takes 150 ms: a chunk of 3, 450 ms
+        return change(*args, **kwargs)
+
+    ops.changes.change = slow  # type: ignore[method-assign]
+    started = api.clock()
+    first = operate(api, "pause", "slow")
+    assert (first["changed"], first["done"]) == (6, False)  # a third chunk would end at 1,350
+    assert api.clock() - started == 900
+    assert operate(api, "pause", "slow") == {
+        "group": "slow", "action": "pause", "changed": 2, "done": True}  # fmt: skip
+    assert {status_of(api, i) for i in ids} == {"paused"}
