@@ -33,8 +33,10 @@ CHANGE_LIMIT = 500
 """Timers one call changes at most (the contract's)."""
 READ_LIMIT = 2_000
 """Timers one call goes through at most (those already in the asked state included)."""
-CHUNK = 50
-"""Ids read from the index at a time; their changes run side by side."""
+PAGE = 100
+"""Ids read from the index at a time."""
+CHUNK = 16
+"""Changes run side by side (by WORKERS), between two looks at the time left."""
 BUDGET_MS = 5_000
 """A call starts no chunk it would not end by this, judged by its slowest chunk so far: it
 answers well within the api's 10 s timeout."""
@@ -126,13 +128,18 @@ class GroupService:
         changed = read = 0
         done = False
         slowest = 0  # ms: the longest chunk of this call so far
+        ahead: builtins.list[str] = []  # ids read from the index, not yet gone through
+        more = True
         while True:
             began = self.clock()
-            size = min(self.chunk, self.change_limit - changed, self.read_limit - read)
-            ids, more = self.timers.group_ids(tenant.name, name, after, size)
-            if from_first and read == 0 and not ids:
-                self._gone(record)
-                raise NotFound(f"no group {name!r}")
+            if not ahead and more:
+                size = min(PAGE, self.change_limit - changed, self.read_limit - read)
+                ahead, more = self.timers.group_ids(tenant.name, name, after, size)
+                if from_first and read == 0 and not ahead:
+                    self._gone(record)
+                    raise NotFound(f"no group {name!r}")
+            size = min(self.chunk, self.change_limit - changed)
+            ids, ahead = ahead[:size], ahead[size:]
             outcome, through = self._chunk(tenant.name, name, action, ids)
             changed += outcome
             read += len(through)
@@ -143,7 +150,7 @@ class GroupService:
                 if changed == 0 and not through:
                     raise ConcurrentUpdate("a timer of the group kept changing; try again")
                 break
-            if not more:
+            if not more and not ahead:
                 done = True
                 break
             if (
