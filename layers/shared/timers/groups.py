@@ -179,10 +179,18 @@ class GroupService:
         of them, or those before the first whose change failed."""
         if not ids:
             return 0, []
+        # the chunk's timers and their walks read together (a few batch reads for all of
+        # them, not a few per timer); each change then commits against what is stored
+        stored = self.timers.get_many([(tenant, i) for i in ids])
+        found = [stored[(tenant, i)] for i in ids if (tenant, i) in stored]
+        reads = dict(zip([t.id for t in found], zip(found, self.changes.walks(found, True),
+                                                    strict=True), strict=True))  # fmt: skip
 
         def one(timer_id: str) -> bool | BaseException:
+            if timer_id not in reads:
+                return False  # gone already: nothing to change
             try:
-                return self._one(tenant, name, action, timer_id)
+                return self._one(tenant, name, action, timer_id, reads[timer_id])
             except ConcurrentUpdate as exc:
                 return exc
 
@@ -203,7 +211,7 @@ class GroupService:
         changed += sum(r is True for r in results[len(through) + 1 :])
         return changed, through
 
-    def _one(self, tenant: str, name: str, action: Action, timer_id: str) -> bool:
+    def _one(self, tenant: str, name: str, action: Action, timer_id: str, read: Any = None) -> bool:
         """The single route's change of one timer, if it is still in the group; whether it
         changed it (a timer already in the asked state, completed or gone: not)."""
 
@@ -213,7 +221,7 @@ class GroupService:
         change = _CHANGES[action]
         if change is None:
             try:
-                self.changes.change(tenant, timer_id, None, only_if=in_group)
+                self.changes.change(tenant, timer_id, None, only_if=in_group, read=read)
             except NotFound:
                 return False
             return True
@@ -226,7 +234,7 @@ class GroupService:
             return after
 
         try:
-            self.changes.change(tenant, timer_id, counted, only_if=in_group)
+            self.changes.change(tenant, timer_id, counted, only_if=in_group, read=read)
         except (NotFound, InvalidState):  # gone or left; completed (cannot be paused or resumed)
             return False
         return bool(moved and moved[-1])
