@@ -352,3 +352,28 @@ def test_a_call_starts_no_chunk_it_would_not_end_within_its_budget(api: Api) -> 
     assert operate(api, "pause", "slow") == {
         "group": "slow", "action": "pause", "changed": 2, "done": True}  # fmt: skip
     assert {status_of(api, i) for i in ids} == {"paused"}
+
+
+def test_a_change_made_after_the_chunk_was_read_wins_over_that_read(api: Api) -> None:
+    """A chunk's timers are read together before their changes: a timer moved out of the
+    group, or paused and resumed, after that read fails its change's transaction (its revision
+    moved), which reads afresh and sees it."""
+    ids = in_group(api, 2, "g")
+    ops = api.runtime.groups
+    walks = ops.changes.walks
+    raced: list[bool] = []
+
+    def racing(stored: Any, consistent: bool) -> Any:
+        found = walks(stored, consistent)
+        if not raced:
+            raced.append(True)
+            api.call("PATCH", f"/v1/timers/{ids[0]}", body={"group": "elsewhere"})
+        return found
+
+    ops.changes.walks = racing  # type: ignore[method-assign]
+    try:
+        assert operate(api, "delete", "g")["changed"] == 1
+    finally:
+        ops.changes.walks = walks  # type: ignore[method-assign]
+    assert status_of(api, ids[0]) == "active"
+    assert status_of(api, ids[1]) is None
