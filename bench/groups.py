@@ -102,7 +102,7 @@ def pause(count: int) -> dict[str, Any]:
         _create(client, group, count, 3600)
         created = time.monotonic() - started
     result: dict[str, Any] = {"timers": count, "create_seconds": round(created, 1)}
-    for action in ("pause", "resume", "rm"):
+    for action in ("pause", "resume"):
         started = time.monotonic()
         run = subprocess.run([str(timers), "group", action, group], capture_output=True,
                              text=True, check=True, env=os.environ)  # fmt: skip
