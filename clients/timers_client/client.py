@@ -34,6 +34,8 @@ from timers_client.models import (
 T = TypeVar("T")
 
 _UNSET: Any = object()
+GROUP_RETRIES = 3
+"""A group operation's step that failed on the server's side is made again this many times."""
 
 # SDK method -> (HTTP method, path of the OpenAPI document).
 OPERATIONS: dict[str, tuple[str, str]] = {
@@ -450,12 +452,24 @@ class Client:
     ) -> GroupChange:
         total = 0
         while True:
-            step = GroupChange.from_json(self._call(method, path))
+            step = GroupChange.from_json(self._group_call(method, path))
             total += step.changed
             if on_step is not None:
                 on_step(step)
             if step.done:
                 return GroupChange(step.group, step.action, total, True)
+
+    def _group_call(self, method: str, path: str) -> Any:
+        """One step; a step that failed on the server's side (5xx, a timeout) is made again,
+        up to GROUP_RETRIES times: what it changed stays changed and is not counted twice."""
+        for attempt in range(GROUP_RETRIES + 1):
+            try:
+                return self._call(method, path)
+            except (ApiError, httpx.TimeoutException) as exc:
+                if attempt == GROUP_RETRIES or (isinstance(exc, ApiError) and exc.status < 500):
+                    raise
+                self._sleep(min(2.0**attempt, 8.0))
+        raise AssertionError("unreachable")
 
     # ------------------------------------------------------------ the tenant's own keys
 

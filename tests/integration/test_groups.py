@@ -347,10 +347,10 @@ def test_a_call_starts_no_chunk_it_would_not_end_within_its_budget(api: Api) -> 
     ops.changes.change = slow  # type: ignore[method-assign]
     started = api.clock()
     first = operate(api, "pause", "slow")
-    assert (first["changed"], first["done"]) == (6, False)  # a third chunk would end at 1,350
-    assert api.clock() - started == 900
-    assert operate(api, "pause", "slow") == {
-        "group": "slow", "action": "pause", "changed": 2, "done": True}  # fmt: skip
+    # 450 ms a chunk: a second would end at 900 (room for one twice as slow: 1,350 > 1,000)
+    assert (first["changed"], first["done"]) == (3, False)
+    assert api.clock() - started == 450
+    assert [operate(api, "pause", "slow")["changed"] for _ in range(2)] == [3, 2]
     assert {status_of(api, i) for i in ids} == {"paused"}
 
 

@@ -378,3 +378,15 @@ def test_groups_and_the_group_filter() -> None:
     sdk = client(handler)
     assert list(sdk.groups()) == [Group("a", "2026-11-21T10:00:00.000Z")]
     assert [t.group for t in sdk.list(group="a")] == ["a"]
+
+
+def test_a_group_step_that_failed_on_the_server_is_made_again() -> None:
+    answers = iter([error(500, "internal_error"), error(503, "unavailable"),
+                    httpx.Response(200, json={"group": "g", "action": "delete", "changed": 4,
+                                              "done": True})])  # fmt: skip
+    sleeps: list[float] = []
+    total = client(lambda request: next(answers), sleeps).delete_group("g")
+    assert (total.changed, total.done, sleeps) == (4, True, [1.0, 2.0])
+    refused = iter([error(404, "not_found")])
+    with pytest.raises(NotFound):
+        client(lambda request: next(refused)).delete_group("g")
