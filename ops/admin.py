@@ -140,6 +140,7 @@ def aws_target() -> Target:
         wakeups_table=outputs["WakeupsTableName"],
         tenants_table=outputs["TenantsTableName"],
         idempotency_table=outputs["IdempotencyTableName"],
+        groups_table=outputs.get("GroupsTableName", "groups"),
         tenant_queue_prefix=outputs["TenantQueuePrefix"],
     )
     return Target(settings, boto3.client("sqs", region_name=region))

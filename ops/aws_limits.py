@@ -438,6 +438,8 @@ def _read_bytes(item: Any) -> int:
     return item_bytes(item.attrs) if read is None else read
 
 
+_ONE_REQUEST_AT_A_TIME = threading.RLock()
+
 _CHECKED_ACTIONS = (
     "put_item",
     "update_item",
@@ -465,7 +467,11 @@ def install(item_limit: ItemLimit = _everywhere) -> Callable[[], None]:
     def checked(action: str, handle: Callable[[DynamoHandler], Any]) -> Callable[..., Any]:
         def method(handler: DynamoHandler) -> Any:
             limits.request(action, handler)
-            return handle(handler)
+            # moto is not thread-safe: a transaction deep-copies whole tables (and puts the
+            # copy back if it fails) while another thread's write changes them. DynamoDB is
+            # atomic per request; so is moto, one request at a time.
+            with _ONE_REQUEST_AT_A_TIME:
+                return handle(handler)
 
         return method
 

@@ -130,6 +130,7 @@ TABLE_SETTINGS = {
     "TenantsTable": "tenants_table",
     "IdempotencyTable": "idempotency_table",
     "FailedFiresTable": "failed_fires_table",
+    "GroupsTable": "groups_table",
 }
 """Logical id of each table -> the Settings field that names it."""
 

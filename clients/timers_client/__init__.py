@@ -30,7 +30,17 @@ from timers_client.errors import (
     UnsupportedMediaType,
     ValidationError,
 )
-from timers_client.models import FailedFire, Fire, Key, Page, Preview, Tenant, Timer
+from timers_client.models import (
+    FailedFire,
+    Fire,
+    Group,
+    GroupChange,
+    Key,
+    Page,
+    Preview,
+    Tenant,
+    Timer,
+)
 
 __all__ = [
     "OPERATIONS",
@@ -40,6 +50,8 @@ __all__ = [
     "Conflict",
     "FailedFire",
     "Fire",
+    "Group",
+    "GroupChange",
     "InvalidState",
     "Key",
     "MethodNotAllowed",

@@ -11,6 +11,9 @@
     timers failed --since 2026-11-21T00:00:00Z     # webhook fires whose delivery gave up
     timers redeliver ID [FIRE_ID]    # one failed fire again, or every failed fire of ID
     timers tail                      # the tenant's callbacks as they arrive, with their lag
+    timers create --in 1h --group order-1234 ; timers ls --group order-1234
+    timers groups                    # the tenant's groups
+    timers group pause|resume|rm NAME    # every timer of the group, with a progress line
     timers export > timers.jsonl     # every timer, one JSON object per line
     timers import timers.jsonl       # create them (100 per request), report what failed
 
@@ -152,12 +155,13 @@ def next_fire_text(timer: Any, form: str = "%a %H:%M %Z") -> str:
 
 def timer_rows(timers: Iterable[Any]) -> list[list[Any]]:
     return [
-        [t.id, t.status, schedule_text(t.schedule), next_fire_text(t), t.fire_count, t.name]
+        [t.id, t.status, schedule_text(t.schedule), next_fire_text(t), t.fire_count, t.name,
+         t.group]
         for t in timers
-    ]
+    ]  # fmt: skip
 
 
-TIMER_HEADERS = ("ID", "STATUS", "SCHEDULE", "NEXT FIRE", "FIRES", "NAME")
+TIMER_HEADERS = ("ID", "STATUS", "SCHEDULE", "NEXT FIRE", "FIRES", "NAME", "GROUP")
 
 
 def show_timer(timer: Any) -> str:
@@ -215,7 +219,7 @@ def cmd_create(client: Client, args: argparse.Namespace) -> Any:
     timer = client.create(
         _schedule(args), name=args.name, start_at=args.start, end_at=args.end,
         max_fires=args.max_fires, target=_target(args), payload=args.payload,
-        misfire=args.misfire, retry=_retry(args), window=args.window,
+        misfire=args.misfire, retry=_retry(args), window=args.window, group=args.group,
         idempotency_key=args.idempotency_key,
     )  # fmt: skip
     return timer, lambda: show_timer(timer)
@@ -266,7 +270,7 @@ def cmd_usage(client: Client, args: argparse.Namespace) -> Any:
 
 
 def cmd_ls(client: Client, args: argparse.Namespace) -> Any:
-    timers = list(client.list(status=args.status))
+    timers = list(client.list(status=args.status, group=args.group))
     if args.limit is not None:
         timers = timers[: args.limit]
     return {"items": timers}, lambda: table(TIMER_HEADERS, timer_rows(timers))
@@ -387,14 +391,15 @@ UPDATE_FIELDS: dict[str, Callable[[argparse.Namespace], Any]] = {
     "misfire": lambda a: _given(a.misfire),
     "retry": lambda a: _given(_retry(a)),
     "window": lambda a: _given(a.window),
+    "group": lambda a: _given(a.group),
 }
 FIELD_OPTIONS = {
     "name": "--name", "schedule": "--in/--at/--every/--cron", "start_at": "--start",
     "end_at": "--end", "max_fires": "--max-fires", "target": "--queue-url/--url",
     "payload": "--payload", "misfire": "--misfire", "retry": "--retry-attempts/--retry-max-age",
-    "window": "--window",
+    "window": "--window", "group": "--group",
 }  # fmt: skip
-CLEARABLE = ("name", "start_at", "end_at", "max_fires", "target", "payload", "retry")
+CLEARABLE = ("name", "start_at", "end_at", "max_fires", "target", "payload", "retry", "group")
 """The fields a PATCH's null clears (``--clear FIELD``); a schedule and misfire cannot be."""
 
 
@@ -517,6 +522,39 @@ def _timer_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=duration, metavar="DURATION",
                         help="the flexible window (0s..15m): each fire lands in [due, due + "
                         "window], at a moment that batches it with others - cheaper")  # fmt: skip
+    parser.add_argument("--group", metavar="NAME",
+                        help="the group it is in (1-64 of A-Z a-z 0-9 . _ -): paused, resumed "
+                        "or deleted with the group's other timers (timers group ...)")  # fmt: skip
+
+
+def cmd_groups(client: Client, args: argparse.Namespace) -> Any:
+    groups = list(client.groups())
+    rows = [[g.name, g.created_at] for g in groups]
+    return {"items": groups}, lambda: table(("GROUP", "CREATED"), rows)
+
+
+GROUP_ACTIONS = {"pause": ("pause_group", "paused"), "resume": ("resume_group", "resumed"),
+                 "rm": ("delete_group", "deleted")}  # fmt: skip
+
+
+def cmd_group(client: Client, args: argparse.Namespace) -> Any:
+    """Every timer of the group, call after call until the API says done; a progress line on
+    stderr per call (standard output is the result)."""
+    method, done_word = GROUP_ACTIONS[args.group_action]
+    started = time.monotonic()
+    so_far = 0
+
+    def step(change: Any) -> None:
+        nonlocal so_far
+        so_far += change.changed
+        rate = so_far / max(time.monotonic() - started, 1e-3)
+        state = "done" if change.done else "going on"
+        print(f"{args.name}: {done_word} {so_far} timers ({rate:.0f}/s), {state}",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+    total = getattr(client, method)(args.name, on_step=None if args.json else step)
+    took = time.monotonic() - started
+    return total, lambda: f"{done_word} {total.changed} timers of group {args.name} in {took:.1f}s"
 
 
 def cmd_export(client: Client, args: argparse.Namespace) -> Any:
@@ -645,8 +683,20 @@ def parser() -> argparse.ArgumentParser:
 
     ls = command("ls", help="list timers (every page)")
     ls.add_argument("--status", choices=["active", "paused", "completed"])
+    ls.add_argument("--group", metavar="NAME", help="only this group's timers")
     ls.add_argument("--limit", type=whole_number, help="at most this many")
     ls.set_defaults(run=cmd_ls)
+
+    groups = command("groups", help="the tenant's groups (those with a timer in them)")
+    groups.set_defaults(run=cmd_groups)
+    group = command(
+        "group",
+        help="pause, resume or delete (rm) every timer of a group: calls until done, a "
+        "progress line per call on stderr",
+    )
+    group.add_argument("group_action", choices=sorted(GROUP_ACTIONS), metavar="pause|resume|rm")
+    group.add_argument("name", metavar="NAME")
+    group.set_defaults(run=cmd_group)
 
     for name, run, text in [
         ("get", cmd_get, "show a timer"),

@@ -19,11 +19,23 @@ from urllib.parse import quote
 import httpx
 
 from timers_client.errors import ApiError, error_from
-from timers_client.models import FailedFire, Fire, Key, Page, Preview, Tenant, Timer
+from timers_client.models import (
+    FailedFire,
+    Fire,
+    Group,
+    GroupChange,
+    Key,
+    Page,
+    Preview,
+    Tenant,
+    Timer,
+)
 
 T = TypeVar("T")
 
 _UNSET: Any = object()
+GROUP_RETRIES = 3
+"""A group operation's step that failed on the server's side is made again this many times."""
 
 # SDK method -> (HTTP method, path of the OpenAPI document).
 OPERATIONS: dict[str, tuple[str, str]] = {
@@ -49,9 +61,13 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "create_key": ("POST", "/v1/tenant/keys"),
     "revoke_key": ("DELETE", "/v1/tenant/keys/{key_id}"),
     "usage": ("GET", "/v1/tenant/usage"),
+    "groups_page": ("GET", "/v1/groups"),
+    "pause_group": ("POST", "/v1/groups/{name}/pause"),
+    "resume_group": ("POST", "/v1/groups/{name}/resume"),
+    "delete_group": ("DELETE", "/v1/groups/{name}"),
 }
 TIMER_FIELDS = ("name", "schedule", "start_at", "end_at", "max_fires", "target", "payload",
-                "misfire", "retry", "window_seconds")  # fmt: skip
+                "misfire", "retry", "window_seconds", "group")  # fmt: skip
 """What a create sets and a PATCH may change."""
 PARAMETER_OF = {"window_seconds": "window"}
 """A body field the SDK's methods take under a shorter name."""
@@ -219,16 +235,20 @@ class Client:
         misfire: str | None = None,
         retry: dict[str, Any] | None = None,
         window: float | None = None,
+        group: str | None = None,
         idempotency_key: str | None = None,
     ) -> Timer:
         """Create a timer. The same ``idempotency_key`` and body within 24 h give back the
         first timer and create nothing, so a create can be retried safely. ``retry``:
         ``{"max_attempts": 1..100, "max_age_seconds": 60..86400}`` (either optional) bounds
         how long an HTTP fire is retried (HTTP targets only). ``window``: the flexible window
-        in seconds (0..900): each fire lands in [due, due + window], batched - cheaper."""
+        in seconds (0..900): each fire lands in [due, due + window], batched - cheaper.
+        ``group``: the group it joins (1-64 of A-Z a-z 0-9 . _ -), paused, resumed or deleted
+        with its other timers (``pause_group`` ...)."""
         body = _body(
             schedule=schedule, name=name, start_at=start_at, end_at=end_at, max_fires=max_fires,
             target=target, payload=payload, misfire=misfire, retry=retry, window_seconds=window,
+            group=group,
         )  # fmt: skip
         return Timer.from_json(self._call("POST", "/timers", body, idempotency_key))
 
@@ -240,15 +260,27 @@ class Client:
         return [Timer.from_json(t) for t in answer["items"]]
 
     def list_page(
-        self, *, status: str | None = None, limit: int = 50, cursor: str | None = None
+        self,
+        *,
+        status: str | None = None,
+        group: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
     ) -> Page[Timer]:
-        query = _query(status=status, limit=limit, cursor=cursor)
+        query = _query(status=status, group=group, limit=limit, cursor=cursor)
         answer = self._call("GET", "/timers", query=query)
         return Page([Timer.from_json(t) for t in answer["items"]], answer["next_cursor"])
 
-    def list(self, *, status: str | None = None, page_size: int = 50) -> Iterator[Timer]:
-        """Every timer of the tenant (optionally in one ``status``), page after page."""
-        return _every(lambda cursor: self.list_page(status=status, limit=page_size, cursor=cursor))
+    def list(
+        self, *, status: str | None = None, group: str | None = None, page_size: int = 50
+    ) -> Iterator[Timer]:
+        """Every timer of the tenant (optionally in one ``status``, of one ``group``), page
+        after page."""
+        return _every(
+            lambda cursor: self.list_page(
+                status=status, group=group, limit=page_size, cursor=cursor
+            )
+        )
 
     def get(self, timer_id: str) -> Timer:
         return Timer.from_json(self._call("GET", f"/timers/{_id(timer_id)}"))
@@ -267,13 +299,14 @@ class Client:
         misfire: str = _UNSET,
         retry: dict[str, Any] | None = _UNSET,
         window: float = _UNSET,
+        group: str | None = _UNSET,
     ) -> Timer:
         """Change the arguments given (None clears an optional field; ``window=0``: on the
-        dot); the next fire is recomputed."""
+        dot; ``group=None``: out of its group); the next fire is recomputed."""
         given = {
             "name": name, "schedule": schedule, "start_at": start_at, "end_at": end_at,
             "max_fires": max_fires, "target": target, "payload": payload, "misfire": misfire,
-            "retry": retry, "window_seconds": window,
+            "retry": retry, "window_seconds": window, "group": group,
         }  # fmt: skip
         body = {
             k: (_rfc3339(v) if isinstance(v, datetime) else v)
@@ -383,7 +416,60 @@ class Client:
         )
         return Preview(list(self._call("POST", "/schedule-preview", body)["fire_times"]))
 
-    # ------------------------------------------------------------ transport
+    # ------------------------------------------------------------ groups
+
+    def groups_page(self, *, limit: int = 50, cursor: str | None = None) -> Page[Group]:
+        answer = self._call("GET", "/groups", query=_query(limit=limit, cursor=cursor))
+        return Page([Group.from_json(g) for g in answer["items"]], answer["next_cursor"])
+
+    def groups(self, *, page_size: int = 50) -> Iterator[Group]:
+        """The tenant's groups (those with a timer in them), by name, page after page."""
+        return _every(lambda cursor: self.groups_page(limit=page_size, cursor=cursor))
+
+    def pause_group(
+        self, name: str, *, on_step: Callable[[GroupChange], None] | None = None
+    ) -> GroupChange:
+        """Pause every timer of the group: calls until the API says ``done`` (each call
+        changes up to 500 timers; ``on_step`` sees each answer). Returns the total; a timer
+        already paused is not counted. NotFound: the tenant has no such group."""
+        return self._group_steps("POST", f"/groups/{_id(name)}/pause", on_step)
+
+    def resume_group(
+        self, name: str, *, on_step: Callable[[GroupChange], None] | None = None
+    ) -> GroupChange:
+        """Resume every timer of the group (missed fires follow each one's ``misfire``), as
+        ``pause_group`` does."""
+        return self._group_steps("POST", f"/groups/{_id(name)}/resume", on_step)
+
+    def delete_group(
+        self, name: str, *, on_step: Callable[[GroupChange], None] | None = None
+    ) -> GroupChange:
+        """Delete every timer of the group, as ``pause_group`` does; then the group is gone."""
+        return self._group_steps("DELETE", f"/groups/{_id(name)}", on_step)
+
+    def _group_steps(
+        self, method: str, path: str, on_step: Callable[[GroupChange], None] | None
+    ) -> GroupChange:
+        total = 0
+        while True:
+            step = GroupChange.from_json(self._group_call(method, path))
+            total += step.changed
+            if on_step is not None:
+                on_step(step)
+            if step.done:
+                return GroupChange(step.group, step.action, total, True)
+
+    def _group_call(self, method: str, path: str) -> Any:
+        """One step; a step that failed on the server's side (5xx, a timeout) is made again,
+        up to GROUP_RETRIES times: what it changed stays changed and is not counted twice."""
+        for attempt in range(GROUP_RETRIES + 1):
+            try:
+                return self._call(method, path)
+            except (ApiError, httpx.TimeoutException) as exc:
+                if attempt == GROUP_RETRIES or (isinstance(exc, ApiError) and exc.status < 500):
+                    raise
+                self._sleep(min(2.0**attempt, 8.0))
+        raise AssertionError("unreachable")
 
     # ------------------------------------------------------------ the tenant's own keys
 

@@ -35,9 +35,37 @@ class Timer:
     expires_at: str | None = None
     retry: dict[str, Any] | None = None  # {"max_attempts", "max_age_seconds"}; None: default
     window_seconds: float = 0  # the flexible window: each fire lands in [due, due + window]
+    group: str | None = None  # the group it is in; None: none
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Timer:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class Group:
+    """One of the tenant's groups (``GET /v1/groups``): it has a timer in it."""
+
+    name: str
+    created_at: str
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Group:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class GroupChange:
+    """A group operation's answer: ``changed`` timers this call (or, from the SDK's looping
+    methods, all calls); ``done`` once every timer of the group went through it."""
+
+    group: str
+    action: str
+    changed: int
+    done: bool
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> GroupChange:
         return _build(cls, data)
 
 

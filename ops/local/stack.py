@@ -360,7 +360,7 @@ class LocalStack:
             [
                 sys.executable,
                 "-m",
-                "ops.local.moto_server",  # moto.server, with three of its costs taken out
+                "ops.local.moto_server",  # moto.server, with four of its costs taken out
                 "-H",
                 "127.0.0.1",
                 "-p",

@@ -606,3 +606,74 @@ def test_edit_reset_run_now_keys_and_usage_from_the_console(
     assert not by_id("usage-lag").is_displayed()  # no answer, no levels
     local_stack.request("DELETE", f"/timers/{timer['id']}", key=key)
     browser.execute_script("sessionStorage.clear()")
+
+
+def test_a_group_filtered_and_paused_then_deleted_behind_a_confirmation(
+    local_stack: RunningStack, browser: Any
+) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    key = local_stack.ready["Tenant demo API key: "]
+    group = f"console-{uuid4().hex[:6]}"
+    made = []
+    for i in range(4):
+        body = {"name": f"{group}-{i}", "schedule": {"type": "every", "seconds": 60},
+                **({"group": group} if i < 3 else {})}  # fmt: skip
+        status, timer, _ = local_stack.request("POST", "/timers", key=key, body=body)
+        assert status == 201, timer
+        made.append(timer["id"])
+    wait = WebDriverWait(browser, UI_TIMEOUT_S, ignored_exceptions=[StaleElementReferenceException])
+
+    def shown_rows() -> list[list[str]]:
+        rows: list[list[str]] = browser.execute_script(
+            "return [...document.querySelectorAll('#timers-table tbody tr')]"
+            ".map(r => [...r.querySelectorAll('td')].map(c => c.textContent))"
+        )
+        return rows
+
+    def statuses() -> list[Any]:
+        got = [local_stack.request("GET", f"/timers/{i}", key=key) for i in made]
+        return [body["status"] if code == 200 else code for code, body, _ in got]
+
+    browser.get(f"{local_stack.console}#/")
+    if browser.find_elements(By.ID, "api-key") and by_visible(browser, "api-key"):
+        browser.find_element(By.ID, "api-key").send_keys(key)
+        browser.find_element(By.CSS_SELECTOR, "#sign-in-form button[type=submit]").click()
+    wait.until(ec.text_to_be_present_in_element((By.ID, "whoami"), "Tenant demo"))
+    assert not browser.find_element(By.ID, "group-actions").is_displayed()
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f"#group-names option[value='{group}']"))
+    browser.find_element(By.ID, "group-filter").send_keys(group + "\n")
+    wait.until(lambda d: sorted(r[1] for r in shown_rows()) == [f"{group}-{i}" for i in range(3)])
+    assert {r[2] for r in shown_rows()} == {group}  # the group column
+
+    browser.find_element(By.ID, "group-pause").click()
+    dialog = wait.until(ec.visibility_of_element_located((By.ID, "group-dialog")))
+    assert f"Pause every timer of group {group}?" in dialog.text
+    browser.find_element(By.ID, "group-cancel").click()  # cancelled: nothing changes
+    assert statuses() == ["active"] * 4
+    browser.find_element(By.ID, "group-pause").click()
+    wait.until(ec.visibility_of_element_located((By.ID, "group-ok"))).click()
+    wait.until(
+        ec.text_to_be_present_in_element((By.ID, "group-progress"), f"Paused 3 timers of {group}.")
+    )
+    assert statuses() == ["paused"] * 3 + ["active"]
+    wait.until(lambda d: {r[4] for r in shown_rows()} == {"paused"})
+
+    browser.find_element(By.ID, "group-delete").click()
+    assert "never fire again" in wait.until(
+        ec.visibility_of_element_located((By.ID, "group-dialog"))).text  # fmt: skip
+    browser.find_element(By.ID, "group-ok").click()
+    wait.until(
+        ec.text_to_be_present_in_element((By.ID, "group-progress"), f"Deleted 3 timers of {group}.")
+    )
+    assert statuses() == [404] * 3 + ["active"]
+    local_stack.request("DELETE", f"/timers/{made[3]}", key=key)
+
+
+def by_visible(browser: Any, element_id: str) -> bool:
+    from selenium.webdriver.common.by import By
+
+    return bool(browser.find_element(By.ID, element_id).is_displayed())

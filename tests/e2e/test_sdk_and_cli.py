@@ -129,7 +129,8 @@ def test_cli_schedules_tables_and_state_changes(env: dict[str, str], sdk: Client
     assert weekdays["schedule"] == cron("0 7 * * 1-5", "Europe/Berlin")
 
     table = cli("ls", env=env).stdout.splitlines()
-    assert table[0].split() == ["ID", "STATUS", "SCHEDULE", "NEXT", "FIRE", "FIRES", "NAME"]
+    assert table[0].split() == ["ID", "STATUS", "SCHEDULE", "NEXT", "FIRE", "FIRES", "NAME",
+                                "GROUP"]  # fmt: skip
     rows = {line.split()[0]: line for line in table[1:]}
     assert set(rows) == {at["id"], every5["id"], weekdays["id"]}
     assert "cron '0 7 * * 1-5' Europe/Berlin" in rows[weekdays["id"]]
@@ -197,7 +198,10 @@ def test_cli_update_changes_what_it_is_given_and_clears_with_clear(
                 "--retry-attempts", "3", env=env).stdout  # fmt: skip
     fields = dict(line.split(None, 1) for line in shown.splitlines())
     assert (fields["id"], fields["schedule"], fields["name"]) == (made.id, "after 3600s", "standup")
-    assert (fields["retry"], fields["window_seconds"]) == ("max_attempts 3, max_age_seconds -", "0s")
+    assert (fields["retry"], fields["window_seconds"]) == (
+        "max_attempts 3, max_age_seconds -",
+        "0s",
+    )
     cli("update", made.id, "--retry-max-age", "10m", env=env)
     after_both = sdk.get(made.id)
     assert after_both.retry == {"max_attempts": 3, "max_age_seconds": 600}
@@ -431,3 +435,31 @@ def test_the_readmes_curl_example_reads_the_callback_of_its_own_timer(
         assert waiting + int(counts["ApproximateNumberOfMessagesNotVisible"]) == 1  # the other's
         for timer in client.list():
             client.delete(timer.id)
+
+
+def test_groups_through_the_sdk_and_the_cli(env: dict[str, str], sdk: Client) -> None:
+    """A group made with the SDK and the CLI, listed, paused, resumed and deleted through the
+    installed ``timers`` command (a progress line per call on stderr), then gone (404)."""
+    made = [sdk.create(every(3600), group="order-7").id for _ in range(3)]
+    made.append(json.loads(cli("--json", "create", "--every", "1h", "--group", "order-7",
+                               env=env).stdout)["id"])  # fmt: skip
+    other = sdk.create(every(3600), group="order-8").id
+    assert sorted(t.id for t in sdk.list(group="order-7")) == sorted(made)
+    assert [g.name for g in sdk.groups()] == ["order-7", "order-8"]
+    assert cli("groups", env=env).stdout.split()[2:5:2] == ["order-7", "order-8"]
+    listed = cli("ls", "--group", "order-7", env=env).stdout.splitlines()
+    assert {line.split()[-1] for line in listed[1:]} == {"order-7"} and len(listed) == 5
+    paused = cli("group", "pause", "order-7", env=env)
+    assert paused.stdout.startswith("paused 4 timers of group order-7")
+    assert paused.stderr.splitlines()[-1].startswith("order-7: paused 4 timers (")
+    assert {sdk.get(i).status for i in made} == {"paused"} and sdk.get(other).status == "active"
+    assert sdk.resume_group("order-7").changed == 4
+    assert sdk.patch(made[0], group=None).group is None
+    assert cli("group", "rm", "order-7", env=env).stdout.startswith("deleted 3 timers")
+    with pytest.raises(NotFound):
+        sdk.delete_group("order-7")
+    gone = cli("group", "rm", "order-7", env=env, check=False)
+    assert gone.returncode == 1 and "no group 'order-7'" in gone.stderr
+    with pytest.raises(ValidationError) as bad:
+        sdk.create(every(60), group="a b")
+    assert [d.field for d in bad.value.details] == ["group"]

@@ -1411,7 +1411,8 @@ SAMPLE_STATUS = {
     "api-list-timers": 200, "api-openapi": 200, "api-patch-timer": 200, "api-pause-timer": 200,
     "api-redeliver-fire": 202, "api-redeliver-fires": 202, "api-reset-timer": 200,
     "api-resume-timer": 200, "api-revoke-key": 204, "api-run-timer": 202,
-    "api-schedule-preview": 200, "api-tenant": 200, "api-usage": 200,
+    "api-schedule-preview": 200, "api-tenant": 200, "api-usage": 200, "api-list-groups": 200,
+    "api-pause-group": 200, "api-resume-group": 200, "api-delete-group": 200,
 }  # fmt: skip
 """What each sample answers when replayed: a new sample names its status here."""
 
@@ -1431,12 +1432,13 @@ def test_every_route_and_function_has_a_sample_event() -> None:
 def test_sample_events_run_through_the_handler(api: Api, path: Path) -> None:
     """events/api-*.json are what `sam local invoke ApiFunction -e` sends; they must work.
     Their placeholders - ``tmr_example``, the key id ``tk_example`` - become a timer and a key
-    of the tenant."""
+    of the tenant; a group named in the path is the group of that timer."""
     event = json.loads(path.read_text())
     if "x-api-key" in event["headers"]:
         event["headers"]["x-api-key"] = api.keys["acme"]
     if "pathParameters" in event:
-        timer = api.create(schedule={"type": "every", "seconds": 60})
+        group = event["pathParameters"].get("name")
+        timer = api.create(schedule={"type": "every", "seconds": 60}, group=group)
         made = {"tmr_example": timer["id"]}
         if "key_id" in event["pathParameters"]:  # a key to revoke, not the tenant's last
             made["tk_example"] = api.call("POST", "/v1/tenant/keys", body={}).body["key_id"]

@@ -295,3 +295,54 @@ def test_an_unreachable_api_is_one_line_saying_what_to_do() -> None:
     [line] = run.stderr.splitlines()
     assert line.startswith(f"timers: cannot reach the API at http://127.0.0.1:{port}/v1")
     assert "make run" in line and "TIMERS_API" in line
+
+
+# ---------------------------------------------------------------- groups
+
+
+def test_group_option_groups_and_group_actions_with_a_progress_line(
+    api: Api, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.runtime.groups.change_limit = 2  # a few steps, each with its progress line
+    made = [as_json(timers(api, capsys, "--json", "create", "--every", "1m",
+                           "--group", "order-1"))["id"] for _ in range(5)]  # fmt: skip
+    other = as_json(timers(api, capsys, "--json", "create", "--every", "1m"))["id"]
+    code, out, _ = timers(api, capsys, "ls", "--group", "order-1")
+    assert code == 0 and out.splitlines()[0].split()[-1] == "GROUP"
+    assert {line.split()[0] for line in out.splitlines()[1:]} == set(made)
+    assert all(line.split()[-1] == "order-1" for line in out.splitlines()[1:])
+    code, out, _ = timers(api, capsys, "groups")
+    assert (code, out.split()[:3]) == (0, ["GROUP", "CREATED", "order-1"])
+    code, out, err = timers(api, capsys, "group", "pause", "order-1")
+    assert code == 0, err
+    assert out.startswith("paused 5 timers of group order-1")
+    progress = err.splitlines()
+    assert len(progress) == 3 and progress[-1].endswith("done")
+    assert progress[0].startswith("order-1: paused 2 timers (") and "going on" in progress[0]
+    statuses = {t["id"]: t["status"] for t in as_json(timers(api, capsys, "--json", "ls"))["items"]}
+    assert {statuses[i] for i in made} == {"paused"} and statuses[other] == "active"
+    assert as_json(timers(api, capsys, "--json", "group", "resume", "order-1")) == {
+        "group": "order-1", "action": "resume", "changed": 5, "done": True}  # fmt: skip
+    moved = as_json(timers(api, capsys, "--json", "update", made[0], "--group", "order-2"))
+    assert moved["group"] == "order-2"
+    left = as_json(timers(api, capsys, "--json", "update", made[1], "--clear", "group"))
+    assert left["group"] is None
+    code, out, _ = timers(api, capsys, "group", "rm", "order-1")
+    assert (code, out.split()[:2]) == (0, ["deleted", "3"])
+    code, _, err = timers(api, capsys, "group", "rm", "order-1")
+    assert code == 1 and "no group 'order-1'" in err, err
+    code, _, err = timers(api, capsys, "create", "--in", "1m", "--group", "a b")
+    assert code == 1 and "group" in err
+
+
+def test_export_and_import_carry_the_group(
+    api: Api, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    timers(api, capsys, "create", "--every", "1m", "--group", "keep-me")
+    code, out, _ = timers(api, capsys, "export")
+    assert code == 0 and json.loads(out.splitlines()[0])["group"] == "keep-me"
+    path = tmp_path / "timers.jsonl"
+    path.write_text(out)
+    assert timers(api, capsys, "import", str(path))[0] == 0
+    listed = as_json(timers(api, capsys, "--json", "ls", "--group", "keep-me"))["items"]
+    assert len(listed) == 2

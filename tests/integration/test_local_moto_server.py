@@ -288,3 +288,37 @@ def test_a_delete_never_drops_a_message_sent_at_the_same_instant(
         bodies = [m["Body"] for m in sqs.receive_message(QueueUrl=url).get("Messages", [])]
     assert sender.ident is not None
     assert bodies == ["sent while the first is deleted"]
+
+
+def test_a_transaction_is_all_or_nothing_without_copying_the_tables(endpoint: str) -> None:
+    """The server's transactions keep only the items they name as their backup: a failed one
+    leaves every item as it was (those it changed before the failing action too), a good one
+    applies; many at once from threads (the group operations' changes) all land."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from botocore.exceptions import ClientError
+
+    dynamodb = client("dynamodb", endpoint)
+    dynamodb.create_table(
+        TableName="moto-tx-test",
+        KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    put = lambda k, v: {"Put": {"TableName": "moto-tx-test",  # noqa: E731
+                                "Item": {"k": {"S": k}, "v": {"N": str(v)}}}}  # fmt: skip
+    dynamodb.transact_write_items(TransactItems=[put("a", 1), put("b", 1)])
+    failing = {"ConditionCheck": {"TableName": "moto-tx-test", "Key": {"k": {"S": "b"}},
+               "ConditionExpression": "v = :two",
+               "ExpressionAttributeValues": {":two": {"N": "2"}}}}  # fmt: skip
+    with pytest.raises(ClientError, match="TransactionCanceled"):
+        dynamodb.transact_write_items(TransactItems=[put("a", 5), put("new", 5), failing])
+    items = dynamodb.scan(TableName="moto-tx-test")["Items"]
+    assert sorted((i["k"]["S"], i["v"]["N"]) for i in items) == [("a", "1"), ("b", "1")]
+
+    def bump(n: int) -> None:
+        dynamodb.transact_write_items(TransactItems=[put(f"t{n}", n), put(f"u{n}", n)])
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(bump, range(64)))
+    assert dynamodb.scan(TableName="moto-tx-test", Select="COUNT")["Count"] == 2 + 128

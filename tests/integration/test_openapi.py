@@ -56,13 +56,14 @@ def test_operations_are_grouped_by_resource_and_static_files_are_not_operations(
 ) -> None:
     """The docs page groups operations by tag: one per resource, never powertools' "default";
     the docs page and the console are files for people, not operations of the API."""
-    resources = {"timers", "fires", "schedules", "tenant", "service"}
-    assert [tag["name"] for tag in doc["tags"]] == ["timers", "fires", "schedules", "tenant",
-                                                   "service"]  # fmt: skip
+    resources = {"timers", "groups", "fires", "schedules", "tenant", "service"}
+    assert [tag["name"] for tag in doc["tags"]] == ["timers", "groups", "fires", "schedules",
+                                                   "tenant", "service"]  # fmt: skip
     tagged = {(method, path): operation["tags"] for method, path, operation in operations(doc)}
     assert all(len(tags) == 1 and tags[0] in resources for tags in tagged.values()), tagged
     assert tagged[("POST", "/v1/timers")] == ["timers"]
     assert tagged[("GET", "/v1/fires")] == ["fires"]
+    assert tagged[("DELETE", "/v1/groups/{name}")] == ["groups"]
     assert tagged[("POST", "/v1/schedule-preview")] == ["schedules"]
     assert tagged[("GET", "/v1/health")] == ["service"]
     assert not [path for path in doc["paths"] if path.startswith(("/v1/docs", "/v1/console"))]
@@ -265,3 +266,23 @@ def test_the_route_table_agrees_with_the_document(doc: dict[str, Any]) -> None:
         for method, operation in methods.items():
             expected = routing.Operation("requestBody" in operation, path in PUBLIC_PATHS)
             assert table[method.upper()] == expected, (method, path)
+
+
+def test_the_group_routes_and_answers_are_documented(doc: dict[str, Any]) -> None:
+    paths = doc["paths"]
+    for method, path in [("post", "/v1/groups/{name}/pause"), ("post", "/v1/groups/{name}/resume"),
+                         ("delete", "/v1/groups/{name}")]:  # fmt: skip
+        responses = paths[path][method]["responses"]
+        assert set(responses) >= {"200", "400", "401", "404", "405", "429"}, (method, path)
+        ok = responses["200"]["content"]["application/json"]["schema"]
+        assert ok == {"$ref": "#/components/schemas/GroupChangeOut"}
+    listing = paths["/v1/groups"]["get"]["responses"]["200"]["content"]["application/json"]
+    assert listing["schema"] == {"$ref": "#/components/schemas/GroupList"}
+    schemas = doc["components"]["schemas"]
+    assert set(schemas["GroupChangeOut"]["properties"]) == {"group", "action", "changed", "done"}
+    assert set(schemas["GroupOut"]["properties"]) == {"name", "created_at"}
+    assert "group" in schemas["TimerOut"]["required"]
+    for body in ("TimerCreate", "TimerPatch"):
+        assert "group" in schemas[body]["properties"], body
+    listing_params = {p["name"] for p in paths["/v1/timers"]["get"]["parameters"]}
+    assert {"group", "status", "limit", "cursor"} <= listing_params

@@ -4,7 +4,9 @@ A Hypothesis ``RuleBasedStateMachine`` drives the real code - the api handler, t
 the fan-out and the trigger, on a real redis-server and moto, one injected clock - through
 random interleavings of: single and batch creates (some dying between their writes, some
 retried with their Idempotency-Key after the first attempt died), PATCH of every field, pause,
-resume, reset, run now (alone and racing a change), delete; migrator, fan-out and trigger runs
+resume, reset, run now (alone and racing a change), delete; group operations (pause, resume,
+delete every timer of a group: in steps, racing fires, with creates into the group between
+its calls, dying between its writes and called again); migrator, fan-out and trigger runs
 that die at any step (after the lease, the claim, the send, the record...) or run out of time;
 changes made in the middle of a run; Redis FLUSHALL at any point, a bucket's data lost, a
 failover to a replica that lagged (every write since its snapshot lost), and Redis commands
@@ -86,6 +88,9 @@ misfires = st.sampled_from(["fire_all", "fire_once", "skip"])
 max_fires = st.sampled_from([None, None, 2, 5])
 tenants = st.sampled_from(["acme", "acme", "globex"])  # acme: one claim partition (hot items)
 windows = st.sampled_from([0, 0, 0, 2, 30])  # a flexible window (s): fires batched within it
+GROUPS = ("g0", "g1")
+groups = st.sampled_from([None, "g0", "g0", "g1"])
+group_actions = st.sampled_from(["pause", "resume", "delete"])
 steps = st.sampled_from(HOOKS)
 race_steps = st.sampled_from(["leased", "claimed", "claimed", "claimed", "sent", "recorded"])
 """Where a change meets a run: mostly between the claim and the send (the race that matters)."""
@@ -119,6 +124,7 @@ class FirePathMachine(RuleBasedStateMachine):
         self.model = self.world.model
         self.anchors: dict[str, int] = {}  # timer id -> when its schedule was set
         self.owner: dict[str, str] = {}  # timer id -> tenant
+        self.group_of: dict[str, str | None] = {}  # timer id -> its group, as last answered
 
     def teardown(self) -> None:
         """Every example ends settled and checked (unless it already failed)."""
@@ -162,6 +168,7 @@ class FirePathMachine(RuleBasedStateMachine):
     def _learn(self, view: dict[str, Any], tenant: str, anchor: int) -> str:
         self.anchors[view["id"]] = anchor
         self.owner[view["id"]] = tenant
+        self.group_of[view["id"]] = view["group"]
         self.model.timers[view["id"]] = ModelTimer(
             view["id"], [self._revision(view, anchor, self.world.clock())]
         )
@@ -176,6 +183,7 @@ class FirePathMachine(RuleBasedStateMachine):
             return
         if schedule_changed:
             self.anchors[timer_id] = now
+        self.group_of[timer_id] = view["group"]
         revision = self._revision(view, self.anchors[timer_id], now)
         if revision.status == "completed" and timer.current.status != "completed":
             assert self._may_complete(timer_id, revision), f"completed by a change: {view}"
@@ -208,19 +216,22 @@ class FirePathMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ creating
 
-    @initialize(which=schedules, tenant=tenants, misfire=misfires, window=windows)
-    def first_timer(self, which: int, tenant: str, misfire: str, window: float) -> None:
-        self.create(which, tenant, misfire, None, False, window)
+    @initialize(which=schedules, tenant=tenants, misfire=misfires, window=windows, group=groups)
+    def first_timer(
+        self, which: int, tenant: str, misfire: str, window: float, group: str | None
+    ) -> None:
+        self.create(which, tenant, misfire, None, False, window, group)
 
     @rule(which=schedules, tenant=tenants, misfire=misfires, limit=max_fires,
-          big=st.booleans(), window=windows)  # fmt: skip
+          big=st.booleans(), window=windows, group=groups)  # fmt: skip
     def create(
-        self, which: int, tenant: str, misfire: str, limit: int | None, big: bool, window: float
-    ) -> None:
+        self, which: int, tenant: str, misfire: str, limit: int | None, big: bool, window: float,
+        group: str | None = None,
+    ) -> None:  # fmt: skip
         now = self.world.clock()
         body = {"schedule": SCHEDULES[which](now), "misfire": misfire, "payload": _payload(big),
                 "name": f"t{next(serial)}", "max_fires": limit,
-                "window_seconds": window}  # fmt: skip
+                "window_seconds": window, **({"group": group} if group else {})}  # fmt: skip
         reply = self._call("POST", "/v1/timers", tenant, body=body)
         if reply is None or reply.status != 201:
             assert reply is None or reply.status == 400, reply.body
@@ -229,12 +240,16 @@ class FirePathMachine(RuleBasedStateMachine):
         self._learn(reply.body, tenant, now)
 
     @rule(which=st.lists(schedules, min_size=2, max_size=6), big=st.booleans(),
-          tenant=tenants, die_at=st.none() | st.integers(0, 2))  # fmt: skip
-    def create_batch(self, which: list[int], big: bool, tenant: str, die_at: int | None) -> None:
+          tenant=tenants, die_at=st.none() | st.integers(0, 2), group=groups)  # fmt: skip
+    def create_batch(
+        self, which: list[int], big: bool, tenant: str, die_at: int | None, group: str | None
+    ) -> None:
         """A batch create - one that dies at its first, second or third DynamoDB write too
-        (issue 16, defect 5: its timers must never fire without their payloads)."""
+        (issue 16, defect 5: its timers must never fire without their payloads) - all of it
+        into one group, or none."""
         now = self.world.clock()
-        specs = [{"schedule": SCHEDULES[w](now), "payload": _payload(big), "name": f"b{i}"}
+        specs = [{"schedule": SCHEDULES[w](now), "payload": _payload(big), "name": f"b{i}",
+                  **({"group": group} if group else {})}
                  for i, w in enumerate(which)]  # fmt: skip
         if die_at is not None:  # the payloads', the timers' or the wakeups' write
             self.world.faults.armed.append(Fault("BatchWriteItem", "kill", skip=die_at))
@@ -342,10 +357,11 @@ class FirePathMachine(RuleBasedStateMachine):
             "start_at": {"start_at": format_ms(now + [-30_000, 4_000, 70_000][which % 3])},
             "misfire": {"misfire": ["fire_all", "fire_once", "skip"][which % 3]},
             "window": {"window_seconds": [0, 2, 30][which % 3]},
+            "group": {"group": [None, *GROUPS][which % 3]},  # moves it, or takes it out
         }[what]
 
     @rule(pick=picks, what=st.sampled_from(["name", "payload", "schedule", "max_fires",
-          "end_at", "start_at", "misfire", "window"]), which=schedules)  # fmt: skip
+          "end_at", "start_at", "misfire", "window", "group"]), which=schedules)  # fmt: skip
     def patch(self, pick: int, what: str, which: int) -> None:
         if (timer := self._pick(pick)) is not None:
             self._patch(timer, self._patches(timer, what, which))
@@ -439,6 +455,92 @@ class FirePathMachine(RuleBasedStateMachine):
         finally:
             extras.new_owner = owner
 
+    # ------------------------------------------------------------ groups
+
+    def _group_operation(
+        self, tenant: str, group: str, action: str, between: Callable[[], None] | None = None
+    ) -> None:
+        """Pause, resume or delete every timer of the group as the SDK does: call until
+        ``done`` - a call that died is simply called again (a retry), ``between`` runs between
+        calls (a create into the group). Then each timer's change is learned from what GET
+        shows (the answer counts them, it does not name them): the model's revisions say that
+        no fire claimed after a timer's change is sent."""
+        method, path = ("DELETE", f"/v1/groups/{group}") if action == "delete" else \
+            ("POST", f"/v1/groups/{group}/{action}")  # fmt: skip
+        answers: list[dict[str, Any]] = []
+        for _ in range(40):
+            reply = self._call(method, path, tenant)
+            if reply is not None and reply.status != 409:  # 409: a timer kept changing: again
+                assert reply.status in (200, 404), reply.body
+                if reply.status == 404:
+                    break
+                assert reply.body["action"] == action and reply.body["changed"] <= 2, reply.body
+                answers.append(reply.body)
+                if reply.body["done"]:
+                    break
+            if between is not None:
+                between()
+        else:
+            raise AssertionError(f"a group operation never ended: {answers}")
+        if os.environ.get("TIMERS_MACHINE_SHOW_GROUPS"):
+            print(f"{tenant} {action} {group}: {[a['changed'] for a in answers]}", file=sys.stderr)
+        self._learn_group(tenant, group, action)
+
+    def _learn_group(self, tenant: str, group: str, action: str) -> None:
+        want = {"pause": "paused", "resume": "active", "delete": None}[action]
+        for timer_id, model in self.model.timers.items():
+            if model.deleted_at is not None or self.group_of.get(timer_id) != group:
+                continue
+            with self.world.observing():
+                got = self.world.api.call("GET", f"/v1/timers/{timer_id}",
+                                          tenant=self.owner[timer_id])  # fmt: skip
+            view = got.body if got.status == 200 else None
+            status = None if view is None else view["status"]
+            if self.owner[timer_id] != tenant:  # another tenant's group of the same name
+                assert status is not None and (status == "paused") == (
+                    model.current.status == "paused"
+                ), f"another tenant's timer changed: {view}"
+                continue
+            if status == model.current.status or (view is not None and view["group"] != group):
+                continue  # already so (or left the group meanwhile: not its business)
+            assert status == want or status == "completed", (action, view, model.current)
+            if status != "completed" or model.current.status == "paused":  # a resume ended it
+                self._changed(timer_id, view, False)
+
+    @rule(
+        group=st.sampled_from(GROUPS),
+        tenant=tenants,
+        action=group_actions,
+        die_at=st.none() | st.integers(0, 8),
+        create_between=st.booleans(),
+        which=schedules,
+        pick=picks,
+    )
+    def group_operation(
+        self, group: str, tenant: str, action: str, die_at: int | None, create_between: bool,
+        which: int, pick: int,
+    ) -> None:  # fmt: skip
+        """A group operation, in steps of 2: dying at a DynamoDB call of a step (a crash
+        between its writes) and called again, with a timer created into the group between
+        steps (the operation may miss it; the model learns what it did)."""
+        timer = self._pick(pick)  # mostly the group of a timer made so far
+        if timer is not None and self.group_of.get(timer) is not None:
+            tenant, group = self.owner[timer], str(self.group_of[timer])
+        if die_at is not None:
+            self.world.faults.armed.append(Fault("*", "kill", skip=die_at))
+        created: list[int] = []
+
+        def create_into_it() -> None:
+            if not created:
+                created.append(1)
+                self.create(which, tenant, "fire_all", None, False, 0, group)
+
+        try:
+            self._group_operation(tenant, group, action, create_into_it if create_between
+                                  else None)  # fmt: skip
+        finally:
+            self.world.faults.armed.clear()
+
     @rule(pick=picks, action=st.sampled_from(["pause", "resume", "delete", "reset", "run"]))
     def pause_resume_delete(self, pick: int, action: str) -> None:
         timer = self._pick(pick)
@@ -475,7 +577,7 @@ class FirePathMachine(RuleBasedStateMachine):
 
     @rule(step=race_steps, pick=picks, claimed=st.booleans(), action=st.sampled_from(["name",
           "max_fires", "schedule", "pause", "resume", "delete", "end_at", "start_at", "flush",
-          "none", "reset", "run"]),
+          "none", "reset", "run", "group_pause", "group_delete", "group_resume"]),
           which=schedules, stall=st.sampled_from([0, 9_000, 15_000]), then_die=st.none() | steps,
           remaining_ms=remaining)  # fmt: skip
     def change_during_a_run(
@@ -496,6 +598,9 @@ class FirePathMachine(RuleBasedStateMachine):
                 elif (action == "none" or target not in self.model.timers
                       or self.model.timers[target].deleted_at is not None):  # fmt: skip
                     pass
+                elif action.startswith("group_"):  # the whole group of the target
+                    if (group := self.group_of.get(target)) is not None:
+                        self._group_operation(self.owner[target], group, action[6:])
                 elif action in ("pause", "resume", "delete", "reset", "run"):
                     self._act(target, action)
                 else:

@@ -409,6 +409,8 @@ class World:
         monkeypatch.setattr(timer_core, "new_timer_id", lambda: f"tmr_{next(ids):024d}")
         self.api: Api = make_api(monkeypatch, self.clock, redis_at, bucket_count=BUCKETS)
         self.api.tenants.set_spread("acme", 1)  # one partition: hot seconds in one claim item
+        groups = self.api.runtime.groups
+        groups.change_limit, groups.workers = 2, 1  # a group goes in steps; one change at a time
         for name in ("acme", "globex"):  # the test reads a lot in one millisecond
             self.api.tenants.set_rate_limit(name, 1_000_000)
         stack.enter_context(self.faults.installed())

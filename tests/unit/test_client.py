@@ -23,6 +23,8 @@ from timers_client import (
     Client,
     FailedFire,
     Fire,
+    Group,
+    GroupChange,
     InvalidState,
     Key,
     NotFound,
@@ -85,6 +87,8 @@ def test_sdk_paths_parameters_match_the_document(doc: dict[str, Any]) -> None:
         (Preview, "PreviewOut"),
         (FailedFire, "FailedFireOut"),
         (Key, "KeyCreatedOut"),
+        (Group, "GroupOut"),
+        (GroupChange, "GroupChangeOut"),
     ],
 )
 def test_models_have_exactly_the_schemas_fields(
@@ -103,7 +107,7 @@ def test_request_parameters_are_the_request_schemas_fields(doc: dict[str, Any]) 
 
 
 def test_listing_schemas_are_items_and_next_cursor(doc: dict[str, Any]) -> None:
-    for name in ("TimerList", "FireList", "FailedFireList"):
+    for name in ("TimerList", "FireList", "FailedFireList", "GroupList"):
         assert set(schema(doc, name)["properties"]) == {"items", "next_cursor"}
 
 
@@ -343,3 +347,46 @@ def test_cli_redeliver_one_fire_or_all_of_a_timers(
     ]
     code, _ = run_cli(monkeypatch, lambda _: error(409, "invalid_state"), "redeliver", "t", "t:1")
     assert code == 1 and "invalid_state" in capsys.readouterr().err
+
+
+def test_a_group_operation_calls_until_done_and_reports_each_step() -> None:
+    answers = iter([(3, False), (2, False), (0, True)])
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        changed, done = next(answers)
+        action = "delete" if request.method == "DELETE" else "pause"
+        body = {"group": "order-7", "action": action, "changed": changed, "done": done}
+        return httpx.Response(200, json=body)
+
+    steps: list[GroupChange] = []
+    total = client(handler).pause_group("order-7", on_step=steps.append)
+    assert total == GroupChange("order-7", "pause", 5, True)
+    assert [s.changed for s in steps] == [3, 2, 0]
+    assert {(r.method, r.url.path) for r in seen} == {("POST", "/v1/groups/order-7/pause")}
+
+
+def test_groups_and_the_group_filter() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/groups":
+            item = {"name": "a", "created_at": "2026-11-21T10:00:00.000Z"}
+            return httpx.Response(200, json={"items": [item], "next_cursor": None})
+        assert request.url.params["group"] == "a"
+        return httpx.Response(200, json={"items": [{**TIMER, "group": "a"}], "next_cursor": None})
+
+    sdk = client(handler)
+    assert list(sdk.groups()) == [Group("a", "2026-11-21T10:00:00.000Z")]
+    assert [t.group for t in sdk.list(group="a")] == ["a"]
+
+
+def test_a_group_step_that_failed_on_the_server_is_made_again() -> None:
+    answers = iter([error(500, "internal_error"), error(503, "unavailable"),
+                    httpx.Response(200, json={"group": "g", "action": "delete", "changed": 4,
+                                              "done": True})])  # fmt: skip
+    sleeps: list[float] = []
+    total = client(lambda request: next(answers), sleeps).delete_group("g")
+    assert (total.changed, total.done, sleeps) == (4, True, [1.0, 2.0])
+    refused = iter([error(404, "not_found")])
+    with pytest.raises(NotFound):
+        client(lambda request: next(refused)).delete_group("g")

@@ -445,3 +445,27 @@ def test_a_create_in_flight_ends_well_within_CREATE_MS() -> None:
     """R4: the migrator keeps a listing without its timer for CREATE_MS (a create may be in
     flight); the api function's timeout bounds a create."""
     assert 6 * FUNCTIONS["ApiFunction"]["Timeout"] * 1000 <= CREATE_MS
+
+
+def test_the_group_index_is_sparse_and_keys_only_and_the_groups_table_is_the_stores() -> None:
+    """A group costs no write per fire: the index holds keys only (a checkpoint or a
+    completion changes none of them), on the attribute only a grouped timer has."""
+    from timers.adapters import timers_table
+
+    props: dict[str, Any] = TABLES["TimersTable"]
+    (index,) = props["GlobalSecondaryIndexes"]
+    assert index["IndexName"] == timers_table.GROUP_INDEX
+    assert _keys(index["KeySchema"]) == {"HASH": "grp", "RANGE": "timer_id"}
+    assert index["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+    assert "grp" in TimerStore("TimersTable").models.timer.get_attributes()
+    groups: dict[str, Any] = TABLES["GroupsTable"]
+    assert _keys(groups["KeySchema"]) == {"HASH": "tenant", "RANGE": "name"}
+
+
+def test_the_api_function_reads_and_writes_group_records_and_nothing_more() -> None:
+    templates, statements = _statements(FUNCTIONS["ApiFunction"])
+    assert "GroupsTable" not in _templated_tables(templates)
+    # GroupStore: get, page (Query), touch/progress/finished (UpdateItem), forget (DeleteItem)
+    assert _on(statements, "GroupsTable") == {
+        "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:DeleteItem",
+    }  # fmt: skip

@@ -29,10 +29,10 @@ from timers.core.errors import Unavailable
 from . import errors, openapi, preflight, routing, static_files  # noqa: F401
 from .deadline import Late, answer_by, deadline_ms
 from .resolver import app, logger, metrics, tracer
-from .routes import fires, health, preview, tenant, timers
+from .routes import fires, groups, health, preview, tenant, timers
 
-for _router in (health.router, openapi.router, tenant.router, timers.router, fires.router,
-                preview.router, static_files.router):  # fmt: skip
+for _router in (health.router, openapi.router, tenant.router, timers.router, groups.router,
+                fires.router, preview.router, static_files.router):  # fmt: skip
     app.include_router(_router)
 
 

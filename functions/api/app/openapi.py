@@ -11,7 +11,7 @@ from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
 from .operations import SLOW, errors
 from .resolver import app
-from .routes import fires, health, preview, tenant, timers
+from .routes import fires, groups, health, preview, tenant, timers
 from .static_files import STATIC_PATHS
 
 if TYPE_CHECKING:  # the document's models load when it is first asked for, not on a cold start
@@ -23,6 +23,7 @@ PUBLIC_PATHS = frozenset({health.HEALTH_PATH, OPENAPI_PATH, *STATIC_PATHS})
 operations of the document (the docs page would list them among the API's)."""
 TAGS = {  # the docs page's groups, in this order
     timers.TAG: "Create, list, change, pause, resume and cancel timers",
+    groups.TAG: "A tenant's groups: pause, resume or delete every timer of one at once",
     fires.TAG: "A timer's fires; failed webhook fires and their redelivery",
     preview.TAG: "Preview a schedule's fire times (creates nothing)",
     tenant.TAG: "The caller's tenant",

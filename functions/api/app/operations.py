@@ -27,7 +27,7 @@ _ERROR_CONTENT = {"application/json": {"model": m.ErrorOut}}
 _WHEN = {
     400: "validation_error: malformed JSON, unknown fields, bad values; `details` names each field",
     401: "unauthorized: missing or unknown x-api-key",
-    404: "not_found: no such timer (or key) for this tenant",
+    404: "not_found: no such timer (or key, or group) for this tenant",
     405: "method_not_allowed: the path does not serve this method; `Allow` lists those it does",
     409: "invalid_state (pause/resume of a completed timer; redelivery of a fire that is not "
     "failed; a reset meeting a fire claimed by a run that died; an 11th API key; revoking the "

@@ -306,6 +306,7 @@ function route() {
     page.id = null;
     showView("list-view");
     if (!list.loaded) loadTimers(true);
+    loadGroups();
     loadFailed(true);
     schedulePreview();
   }
@@ -321,7 +322,9 @@ async function loadTimers(reset) {
     list.cursor = null;
   }
   clearError($("timers-error"));
-  const params = { status: $("status-filter").value, limit: 50, cursor: list.cursor };
+  const group = $("group-filter").value.trim();
+  const params = { status: $("status-filter").value, group, limit: 50, cursor: list.cursor };
+  showGroupActions(group);
   try {
     const page = await api("GET", `timers${query(params)}`);
     list.timers.push(...page.items);
@@ -345,6 +348,7 @@ function renderTimers() {
         { "data-id": t.id },
         el("td", {}, el("a", { href: `#/timers/${segment(t.id)}`, text: t.id })),
         el("td", { text: t.name || "" }),
+        el("td", {}, t.group ? groupLink(t.group) : ""),
         el("td", { text: describeSchedule(t.schedule) }),
         el("td", {}, el("span", { className: `status ${t.status}`, text: t.status })),
         nextFireCell(t),
@@ -356,6 +360,82 @@ function renderTimers() {
   const scope = needle ? ` (the name search covers the ${list.timers.length} loaded)` : "";
   $("timers-summary").textContent = `${shown.length} shown of ${list.timers.length} loaded${more}${scope}`;
   $("timers-more").hidden = !list.cursor;
+}
+
+// ------------------------------------------------------------------ groups
+
+function groupLink(name) {
+  // a click filters the list to the group (and offers its actions)
+  const link = el("a", { href: "#/", text: name });
+  link.addEventListener("click", (event) => {
+    event.preventDefault();
+    $("group-filter").value = name;
+    loadTimers(true);
+  });
+  return link;
+}
+
+async function loadGroups() {
+  try {
+    const names = [];
+    let cursor = null;
+    do {
+      const page = await api("GET", `groups${query({ limit: 100, cursor })}`);
+      names.push(...page.items.map((g) => g.name));
+      cursor = page.next_cursor;
+    } while (cursor && names.length < 1000);
+    $("group-names").replaceChildren(...names.map((name) => el("option", { value: name })));
+  } catch (error) {
+    // only the suggestions are missing: the filter and the actions still work
+  }
+}
+
+function showGroupActions(group) {
+  $("group-actions").hidden = !group;
+  $("group-actions-label").textContent = group ? `Group ${group}:` : "";
+}
+
+const GROUP_ACTIONS = {
+  pause: { method: "POST", suffix: "/pause", done: "Paused", question: "Pause every timer of group" },
+  resume: { method: "POST", suffix: "/resume", done: "Resumed", question: "Resume every timer of group" },
+  delete: { method: "DELETE", suffix: "", done: "Deleted", question: "Delete every timer of group" },
+};
+const groupAction = { action: null, group: null };
+
+function confirmGroup(action) {
+  const group = $("group-filter").value.trim();
+  if (!group) return;
+  groupAction.action = action;
+  groupAction.group = group;
+  const tail = action === "delete" ? " They will never fire again." : "";
+  $("group-confirm-text").textContent = `${GROUP_ACTIONS[action].question} ${group}?${tail}`;
+  $("group-ok").textContent = { pause: "Pause", resume: "Resume", delete: "Delete" }[action];
+  const dialog = $("group-dialog");
+  dialog.returnValue = "";
+  dialog.showModal();
+}
+
+async function onGroupConfirmClosed() {
+  if ($("group-dialog").returnValue !== "ok" || !groupAction.action) return;
+  const { action, group } = groupAction;
+  const spec = GROUP_ACTIONS[action];
+  clearError($("timers-error"));
+  let changed = 0;
+  try {
+    // one call changes up to 500 timers: call again until the API says done
+    for (;;) {
+      const step = await api(spec.method, `groups/${segment(group)}${spec.suffix}`);
+      changed += step.changed;
+      $("group-progress").textContent = `${spec.done} ${changed} timers of ${group}${step.done ? "." : " so far…"}`;
+      if (step.done) break;
+    }
+    notice(`${spec.done} ${changed} timers of group ${group}`);
+    if (action === "delete") $("group-filter").value = "";
+    await loadTimers(true);
+    loadGroups();
+  } catch (error) {
+    showError($("timers-error"), error);
+  }
 }
 
 // ------------------------------------------------------------------ create, with a live preview
@@ -394,6 +474,8 @@ function readTimer() {
   if (maxFires !== null) timer.max_fires = maxFires;
   const windowSeconds = numberOrText($("window-seconds"));
   if (windowSeconds) timer.window_seconds = windowSeconds;
+  const group = $("timer-group").value.trim();
+  if (group) timer.group = group;
   const targetKind = $("target-kind").value;
   if (targetKind) timer.target = { [targetKind]: $("target-url").value.trim() };
   const payload = $("payload").value.trim();
@@ -537,6 +619,7 @@ function renderTimer() {
     ["Next fire", nextFireText(t)],
     ["Fires so far", String(t.fire_count)],
     ["Max fires", t.max_fires === null ? "—" : String(t.max_fires)],
+    ["Group", t.group || "—"],
     ["Window", t.window_seconds ? `${t.window_seconds} s after each due time at most` : "none: on the dot"],
     ["Start at", t.start_at || "—"],
     ["End at", t.end_at || "—"],
@@ -1038,6 +1121,11 @@ function start() {
   $("sign-in-form").addEventListener("submit", signIn);
   $("sign-out").addEventListener("click", () => signOut());
   $("status-filter").addEventListener("change", () => loadTimers(true));
+  $("group-filter").addEventListener("change", () => loadTimers(true));
+  $("group-pause").addEventListener("click", () => confirmGroup("pause"));
+  $("group-resume").addEventListener("click", () => confirmGroup("resume"));
+  $("group-delete").addEventListener("click", () => confirmGroup("delete"));
+  $("group-dialog").addEventListener("close", onGroupConfirmClosed);
   $("name-search").addEventListener("input", renderTimers);
   $("refresh-timers").addEventListener("click", () => loadTimers(true));
   $("timers-more").addEventListener("click", () => loadTimers(false));

@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, St
 
 from timers.core import schedule as sched
 from timers.core.errors import FieldError, InvalidInput
+from timers.core.groups import check_group
 from timers.core.schedule import Plan
 from timers.core.timer import serialize_payload
 from timers.core.times import parse_ms
@@ -79,6 +80,18 @@ WindowIn = Annotated[
 ]
 
 
+GroupIn = Annotated[
+    str,
+    Field(
+        description="The group the timer is in: 1-64 characters of A-Z a-z 0-9 . _ - "
+        "(null: in no group). A group's timers are paused, resumed or deleted together "
+        "(/v1/groups/{name}/...); another tenant's group of the same name is another group",
+        examples=["order-1234"],
+        json_schema_extra={"pattern": "^[A-Za-z0-9._-]{1,64}$", "maxLength": 64, "minLength": 1},
+    ),
+]
+
+
 class TargetIn(_Strict):
     """A queue (``queue_url``) or an HTTP endpoint (``url`` and optional ``headers``)."""
 
@@ -125,6 +138,7 @@ class TimerCreate(_Strict):
     misfire: MisfireIn = "fire_once"
     retry: RetryIn | None = None
     window_seconds: WindowIn = 0
+    group: GroupIn | None = None
 
 
 class TimerBatchIn(_Strict):
@@ -141,7 +155,8 @@ _KEEP: Any = Field(None, json_schema_extra=_absent)
 
 class TimerPatch(_Strict):
     """Only the fields present are changed; ``null`` clears an optional field (``name``,
-    ``start_at``, ``end_at``, ``max_fires``, ``target``, ``payload``, ``retry``); ``schedule``,
+    ``start_at``, ``end_at``, ``max_fires``, ``target``, ``payload``, ``retry``; ``group``: out
+    of its group); ``schedule``,
     ``misfire`` and ``window_seconds`` (0: none) cannot be null."""
 
     name: Annotated[str, Field(max_length=256)] | None = None
@@ -154,6 +169,7 @@ class TimerPatch(_Strict):
     misfire: MisfireIn = _KEEP
     retry: RetryIn | None = None
     window_seconds: WindowIn = _KEEP
+    group: GroupIn | None = None
 
 
 class PreviewIn(_Strict):
@@ -244,6 +260,7 @@ class TimerOut(_Out):
         description="The flexible window: each fire lands in [due, due + window_seconds]; "
         "0: on the dot"
     )
+    group: str | None = Field(description="The group it is in; null: none")
     status: TimerStatus
     next_fire_at: Timestamp | None
     fire_count: int
@@ -261,6 +278,32 @@ class TimerList(_Out):
 
 class TimerBatchOut(_Out):
     items: list[TimerOut] = Field(description="The created timers, in the order of the request")
+
+
+class GroupOut(_Out):
+    name: str
+    created_at: Timestamp = Field(
+        description="When the group was first seen: its first timer joined (a group emptied "
+        "and joined again may keep its first time until a listing found it empty)"
+    )
+
+
+class GroupList(_Out):
+    items: list[GroupOut] = Field(description="The tenant's groups that have a timer, by name")
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null: last")
+
+
+class GroupChangeOut(_Out):
+    group: str
+    action: Literal["pause", "resume", "delete"]
+    changed: int = Field(
+        description="Timers this call changed (at most 500); one already in the asked state "
+        "is not counted"
+    )
+    done: bool = Field(
+        description="true: every timer of the group has been through the operation; false: "
+        "call again (the next call goes on where this one stopped)"
+    )
 
 
 class LastAttemptOut(_Out):
@@ -464,7 +507,13 @@ def to_spec(body: TimerCreate, payload_json: str) -> TimerSpec:
         misfire=body.misfire,
         retry=_retry(body.retry),
         window_ms=window_ms(body.window_seconds),
+        group=_group(body.group),
     )
+
+
+def _group(value: str | None, field: str = "group") -> str | None:
+    check_group(value, field)  # one rule, the core's: named here as the request names it
+    return value
 
 
 def window_ms(seconds: float) -> int:
@@ -513,6 +562,8 @@ def to_changes(body: TimerPatch, payload_json: str | None) -> dict[str, Any]:
             changes["retry"] = _retry(value)
         elif name == "window_seconds":
             changes["window_ms"] = window_ms(value)
+        elif name == "group":
+            changes["group"] = _group(value)
         else:
             changes[name] = value
     return changes

@@ -22,6 +22,7 @@ from redis.retry import Retry
 from timers import aws
 from timers.adapters.delivery_records import DeliveryRecords
 from timers.adapters.failed_fires import DeliveryQueue, FailedFireStore
+from timers.adapters.groups import GroupStore
 from timers.adapters.idempotency import IdempotencyStore
 from timers.adapters.ratelimit import RateLimiter
 from timers.adapters.tenants import CachedAuthenticator, TenantStore
@@ -34,6 +35,7 @@ from timers.engine.index import BucketIndex
 from timers.engine.log import FireLog
 from timers.engine.wake import WakeStore
 from timers.failures import FailedFireService
+from timers.groups import GroupService
 from timers.service import TimerService
 
 if TYPE_CHECKING:  # the fan-out's, migrator's and trigger's cores load in their own functions
@@ -285,6 +287,7 @@ class Runtime:
     redis: Any
     failures: FailedFireService
     wiring: Wiring
+    groups: GroupService
 
 
 def build_runtime(
@@ -307,6 +310,7 @@ def build_runtime(
         return sqs[0]
 
     usage = UsageCounters(s.claims_table)
+    group_store = GroupStore(s.groups_table)
     extras = Extras(
         w.log,
         w.timers,
@@ -326,6 +330,7 @@ def build_runtime(
         allow_loopback_targets=s.timers_allow_loopback_targets,
         extras=extras,
         usage=usage,
+        groups=group_store,
     )
     w.changes.moved = service.status_moved
     failures = FailedFireService(
@@ -339,4 +344,5 @@ def build_runtime(
     limiter = RateLimiter(w.redis, clock)
     tenants = TenantStore(s.tenants_table, clock)
     authenticate = CachedAuthenticator(clock, tenants.authenticate, tenants.revocation_count)
-    return Runtime(s, service, limiter, authenticate, tenants, w.redis, failures, w)
+    groups = GroupService(w.changes, group_store, clock)
+    return Runtime(s, service, limiter, authenticate, tenants, w.redis, failures, w, groups)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from timers.adapters.delivery_records import DeliveryRecords
+from timers.adapters.groups import GroupStore
 from timers.adapters.idempotency import IdempotencyRecord, IdempotencyStore
 from timers.adapters.tenants import Tenant
 from timers.adapters.usage import UsageCounters, add_quietly, month_of
@@ -31,6 +32,7 @@ from timers.core.errors import (
     InvalidState,
     NotFound,
 )
+from timers.core.groups import check_group, check_name
 from timers.core.numbers import is_ascii_digits
 from timers.core.schedule import Misfire, Plan, Schedule, preview
 from timers.core.timer import Timer
@@ -68,6 +70,7 @@ class TimerSpec:
     misfire: Misfire = "fire_once"
     retry: RetryPolicy | None = None
     window_ms: int = 0  # the flexible window
+    group: str | None = None  # the group it joins (None: none)
 
 
 @dataclass
@@ -79,6 +82,7 @@ class TimerService:
     allow_loopback_targets: bool = False  # the local stack only (TIMERS_ALLOW_LOOPBACK_TARGETS)
     extras: Extras | None = None  # run now (None: extra fires neither run nor listed)
     usage: UsageCounters | None = None  # the tenants' usage counters (None: not counted)
+    groups: GroupStore | None = None  # the tenants' groups (None: their registry not kept)
 
     @property
     def timers(self) -> Any:
@@ -116,6 +120,7 @@ class TimerService:
             if not seen:
                 raise
             return self._replay(tenant, idempotency_key or "", specs, single, seen)
+        self._joining(tenant, built)
         if idempotency_key is None:
             self.changes.store_new(built, take_back=True)
             self._created(tenant, built)
@@ -162,6 +167,7 @@ class TimerService:
             max_fires=spec.max_fires,
             retry=spec.retry,
             window_ms=spec.window_ms,
+            group=spec.group,
         )
         partition = partition_for(tenant.name, timer_id, spread_of(tenant.spread, timer))
         return self.changes.with_expiry(replace(timer, rev=1, partition=partition), now)
@@ -194,6 +200,13 @@ class TimerService:
             self.changes.store_new(timers, False, self.idempotency.guard(tenant.name, key), stored)
         finally:
             self._created(tenant, stored)
+
+    def _joining(self, tenant: Tenant, joining: Sequence[Timer]) -> None:
+        """Timers are about to join groups: each group is registered first (as a wake listing
+        is written before its timer), so a group with a timer is always listed."""
+        names = {t.group for t in joining if t.group is not None}
+        if names and self.groups is not None:
+            self.groups.touch(tenant.name, names, self.clock())
 
     # ---------------------------------------------------------------- usage
 
@@ -239,6 +252,7 @@ class TimerService:
             )
         first = self._build_all(tenant, specs, seen.timer_ids, seen.created_ms, single)
         if not seen.done:
+            self._joining(tenant, first)
             self._store_keyed(tenant, key, first)
             self.idempotency.complete(tenant.name, key)
         return [timer_view(t) for t in first]
@@ -284,18 +298,29 @@ class TimerService:
         return timer_view(self.changes.current(self._load(tenant, timer_id))[0])
 
     def list(
-        self, tenant: Tenant, status: str | None, limit: int, cursor: str | None
+        self,
+        tenant: Tenant,
+        status: str | None,
+        limit: int,
+        cursor: str | None,
+        group: str | None = None,
     ) -> dict[str, Any]:
-        """A page of the tenant's timers by id; ``status`` filters the derived status. One
-        request reads at most LIST_READ_LIMIT items: a filtered page can be short, even empty,
-        with a cursor to go on from (as DynamoDB's own filtered queries are)."""
+        """A page of the tenant's timers by id; ``status`` filters the derived status, ``group``
+        reads only that group's timers (the table's group index). One request reads at most
+        LIST_READ_LIMIT items: a filtered page can be short, even empty, with a cursor to go on
+        from (as DynamoDB's own filtered queries are)."""
         scope = f"timers:{status or '*'}"
+        if group is not None:
+            scope += f":{check_name(group)}"
         after = decode_cursor(cursor, tenant, scope)
         batch = limit if status is None else LIST_READ_BATCH
         items: builtins.list[Timer] = []
         read = 0
         while len(items) < limit and read < LIST_READ_LIMIT:
-            page, next_after = self.timers.page(tenant.name, after, batch)
+            if group is None:
+                page, next_after = self.timers.page(tenant.name, after, batch)
+            else:
+                page, next_after = self.timers.group_page(tenant.name, group, after, batch)
             read += batch
             cursors = self.changes.walks(page, consistent=False)
             shown = [resolved(t, c) for t, c in zip(page, cursors, strict=True)]
@@ -376,6 +401,9 @@ class TimerService:
                 tenant, target.get("queue_url"), target.get("url"), target.get("headers")
             )
             changes = {**changes, "target_queue_url": queue_url, "webhook": webhook}
+        if changes.get("group") is not None and self.groups is not None:
+            check_group(changes["group"])
+            self.groups.touch(tenant.name, [changes["group"]], self.clock())
         return self._change(tenant, timer_id, lambda t, now: timers.patch(t, changes, now))
 
     def pause(self, tenant: Tenant, timer_id: str) -> dict[str, Any]:
@@ -407,7 +435,13 @@ class TimerService:
 
 
 # left out while unset (their default): old hashes still match
-_ADDED_LATER = {"target_url": None, "target_headers": None, "retry": None, "window_ms": 0}
+_ADDED_LATER = {
+    "target_url": None,
+    "target_headers": None,
+    "retry": None,
+    "window_ms": 0,
+    "group": None,
+}
 
 
 def _fields(spec: TimerSpec) -> dict[str, Any]:

@@ -19,6 +19,10 @@ StatusFilter = Annotated[
     Literal["active", "paused", "completed"] | None,
     Query(description="Only timers in this status"),
 ]
+GroupFilter = Annotated[
+    str | None,
+    Query(description="Only the timers of this group (read from its index, not the whole list)"),
+]
 TAG = "timers"  # the docs page groups operations by it
 router = APIGatewayHttpRouter()
 
@@ -72,9 +76,12 @@ def create_timers(
     summary="List timers",
 )
 def list_timers(
-    status: StatusFilter = None, limit: Limit = 50, cursor: Cursor = None
+    status: StatusFilter = None,
+    group: GroupFilter = None,
+    limit: Limit = 50,
+    cursor: Cursor = None,
 ) -> m.TimerList:
-    return m.TimerList(**runtime().service.list(tenant(), status, limit, cursor))
+    return m.TimerList(**runtime().service.list(tenant(), status, limit, cursor, group))
 
 
 @router.get(

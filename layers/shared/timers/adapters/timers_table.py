@@ -26,9 +26,15 @@ from pynamodb.transactions import TransactWrite
 
 from timers.adapters.dynamodb import LowLevelClient, bound_model, failed_because
 from timers.core.errors import ConcurrentUpdate
+from timers.core.groups import group_of, index_key
 from timers.core.schedule import schedule_from_dict, schedule_to_dict
 from timers.core.timer import Timer
 from timers.core.webhooks import RetryPolicy, Webhook
+
+GROUP_INDEX = "by_group"
+"""The table's index of grouped timers: key ``grp`` (``<tenant>#<group>``, set only on a timer
+in a group: the index holds nothing else) and ``timer_id``, keys only - so a checkpoint or a
+completion, which change neither, never writes it: a group costs no write per fire."""
 
 INLINE_PAYLOAD_BYTES = 512
 """Payloads up to this size sit in the timer item (a timer item then stays within 1 KB: one
@@ -53,6 +59,7 @@ class TimerItem(Model):
     retry = UnicodeAttribute(null=True)  # the retry policy as JSON (absent: the default)
     window_ms = NumberAttribute(null=True)  # the flexible window (absent: 0, on the dot)
     grain_ms = NumberAttribute(null=True)  # its alignment when created (absent: 0): fixed
+    grp = UnicodeAttribute(null=True)  # "<tenant>#<group>" (GROUP_INDEX); absent: in no group
     payload = UnicodeAttribute(null=True)  # None: in the payload item
     misfire = UnicodeAttribute()
     status = UnicodeAttribute()
@@ -143,6 +150,7 @@ def to_timer(item: TimerItem, payload: str | None = None) -> Timer:
         retry=RetryPolicy.from_json(item.retry),
         window_ms=int(item.window_ms or 0),
         grain_ms=int(item.grain_ms or 0),
+        group=group_of(item.grp),
     )
 
 
@@ -184,6 +192,7 @@ class TimerStore(LowLevelClient):
             retry=timer.retry.to_json() if timer.retry else None,
             window_ms=timer.window_ms or None,
             grain_ms=timer.grain_ms or None,
+            grp=index_key(timer.tenant, timer.group) if timer.group else None,
             payload=None if _external(timer) else timer.payload_json,
             misfire=timer.misfire,
             status=timer.status,
@@ -258,6 +267,45 @@ class TimerStore(LowLevelClient):
             tenant, limit=limit, last_evaluated_key=start, consistent_read=True
         )
         return list(query)
+
+    def group_ids(
+        self, tenant: str, group: str, after_id: str | None, limit: int
+    ) -> tuple[list[str], bool]:
+        """Up to ``limit`` ids of the group's timers after ``after_id``, by id, from the index
+        (eventually consistent: a timer that just joined may be missing, one that just left
+        still there - callers read the timers themselves); and whether more follow."""
+        condition = "grp = :g" + (" AND timer_id > :a" if after_id else "")
+        values = {":g": {"S": index_key(tenant, group)}}
+        if after_id:
+            values[":a"] = {"S": after_id}
+        ids: list[str] = []
+        start: dict[str, Any] | None = None
+        while len(ids) <= limit:
+            request: dict[str, Any] = {
+                "TableName": self.table,
+                "IndexName": GROUP_INDEX,
+                "KeyConditionExpression": condition,
+                "ExpressionAttributeValues": values,
+                "Limit": limit + 1 - len(ids),
+            }
+            if start:
+                request["ExclusiveStartKey"] = start
+            response = self.client.query(**request)
+            ids += [item["timer_id"]["S"] for item in response.get("Items", [])]
+            start = response.get("LastEvaluatedKey")
+            if not start:
+                break
+        return ids[:limit], len(ids) > limit
+
+    def group_page(
+        self, tenant: str, group: str, after_id: str | None, limit: int
+    ) -> tuple[list[Timer], str | None]:
+        """As :meth:`page`, of the group's timers: the index's ids, each timer read
+        (consistently) and kept only if it is still in the group."""
+        ids, more = self.group_ids(tenant, group, after_id, limit)
+        found = self.get_many([(tenant, i) for i in ids])
+        timers = [t for i in ids if (t := found.get((tenant, i))) and t.group == group]
+        return timers, (ids[-1] if more and ids else None)
 
     def _live(self, item: TimerItem) -> bool:
         expires = _ms(item.expires_at)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from timers.core.errors import FieldError, InvalidInput, InvalidState, PayloadTooLarge
+from timers.core.groups import check_group
 from timers.core.numbers import ascii_int
 from timers.core.schedule import (
     AtSchedule,
@@ -84,6 +85,7 @@ class Timer:
     retry: RetryPolicy | None = None  # how long an HTTP fire is retried (None: the default)
     window_ms: int = 0  # the flexible window: a fire lands in [due, due + window] (core.window)
     grain_ms: int = 0  # the window's alignment at creation, fixed: where its fire log entries live
+    group: str | None = None  # the group it is in (core.groups); None: in none
 
     @property
     def plan(self) -> Plan:
@@ -175,9 +177,11 @@ def create(
     webhook: Webhook | None = None,
     retry: RetryPolicy | None = None,
     window_ms: int = 0,
+    group: str | None = None,
 ) -> Timer:
     _check_retry(retry, webhook)
     _check_window(window_ms)
+    check_group(group)
     timer = Timer(
         tenant=tenant,
         id=timer_id,
@@ -196,6 +200,7 @@ def create(
         retry=retry,
         window_ms=window_ms,
         grain_ms=grain_for(window_ms),
+        group=group,
     )
     _check_plan(timer.plan, now_ms, schedule_changed=True)
     return _settle(timer, first_fire(timer.plan))
@@ -216,6 +221,8 @@ def patch(timer: Timer, changes: dict[str, Any], now_ms: int) -> Timer:
         raise ValueError(f"not patchable: {sorted(unknown)}")
     if "window_ms" in changes:
         _check_window(changes["window_ms"])
+    if "group" in changes:
+        check_group(changes["group"])
     schedule_changed = "schedule" in changes
     updated = replace(timer, **changes, updated_ms=now_ms)
     if {"retry", "webhook", "target_queue_url"} & set(changes):

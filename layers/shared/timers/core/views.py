@@ -34,6 +34,7 @@ def timer_view(timer: Timer) -> dict[str, Any]:
         "misfire": timer.misfire,
         "retry": timer.retry.to_dict() if timer.retry else None,
         "window_seconds": seconds_of(timer.window_ms),
+        "group": timer.group,
         "status": timer.status,
         "next_fire_at": _time(timer.next_fire_ms),
         "fire_count": timer.fire_count,

@@ -176,16 +176,28 @@ class Changes:
     # ---------------------------------------------------------------- change
 
     def change(
-        self, tenant: str, timer_id: str, change: Change | None, after_owed: bool = False
+        self,
+        tenant: str,
+        timer_id: str,
+        change: Change | None,
+        after_owed: bool = False,
+        only_if: Callable[[Timer], bool] | None = None,
+        read: tuple[Timer, Cursor] | None = None,
     ) -> tuple[Timer, Cursor] | None:
         """Apply ``change`` (None: delete) to the derived timer and commit it in one transaction
         ordered with the claim of its cursor. Returns the timer as stored and what it shows
         (its cursor: an owed fire stays pending until recorded); None once deleted.
         ``after_owed``: a fire already claimed is not adopted but waited for, so the change
-        comes after it and nothing claimed before it is sent after it answers (a reset)."""
+        comes after it and nothing claimed before it is sent after it answers (a reset).
+        ``only_if``: a timer it is false of is NotFound - checked on the revision the change
+        commits against, so a group operation never changes a timer that just left.
+        ``read``: the stored timer and its cursor, read (consistently) by the caller for many
+        timers at once - the first attempt's, as if its own read had been slower; the
+        transaction's conditions hold it to what is stored, and a retry reads afresh."""
         for attempt in range(WRITE_ATTEMPTS):
             try:
-                return self._attempt(tenant, timer_id, change, after_owed)
+                first = read if attempt == 0 and not after_owed else None
+                return self._attempt(tenant, timer_id, change, after_owed, only_if, first)
             except ConcurrentUpdate:
                 if attempt + 1 == WRITE_ATTEMPTS:
                     raise
@@ -204,9 +216,17 @@ class Changes:
         raise InvalidState("a fire of this timer is being sent; try again in a few seconds")
 
     def _attempt(
-        self, tenant: str, timer_id: str, change: Change | None, after_owed: bool
+        self,
+        tenant: str,
+        timer_id: str,
+        change: Change | None,
+        after_owed: bool,
+        only_if: Callable[[Timer], bool] | None = None,
+        read: tuple[Timer, Cursor] | None = None,
     ) -> tuple[Timer, Cursor] | None:
-        stored, cursor = self._read_settled(tenant, timer_id, after_owed)
+        stored, cursor = read or self._read_settled(tenant, timer_id, after_owed)
+        if only_if is not None and not only_if(stored):
+            raise NotFound(f"no timer {timer_id!r} here")
         base = settled(stored, cursor)  # as if the owed fire, if any, had finished
         now = self.clock()
         fired = self._last_fired(stored, cursor) if after_owed else None
