@@ -19,7 +19,7 @@ from tests.support.clock import T0, FakeClock
 from tests.support.real_parts import RedisTarget
 from timers.adapters import tenants
 from timers.core.times import format_ms
-from timers.core.webhooks import RetryPolicy
+from timers.core.webhooks import LOOPBACK_REFUSED, RetryPolicy
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 AT = format_ms(T0 + 3_600_000)  # an hour from the test clock's now
@@ -430,6 +430,50 @@ def test_public_literals_are_accepted_and_loopback_only_where_the_stack_allows_i
         assert api.call("POST", "/v1/timers", body=bad(target={"url": url})).status == 201
     other = bad(target={"url": "https://127.0.0.2:9/h"})  # the rest of 127/8 stays refused
     assert api.call("POST", "/v1/timers", body=other).status == 400
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:9/h", "https://127.0.0.1/h", "http://localhost:8080/h",
+     "https://localhost/h", "http://[::1]:9/h"],
+)  # fmt: skip
+def test_on_the_local_stack_a_refused_loopback_target_names_the_setting_that_allows_it(
+    aws: None, clock: FakeClock, redis_url: str, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    api = make_api(monkeypatch, clock, redis_url, timers_local_stack=True)  # as `make run` sets
+    reply = api.call("POST", "/v1/timers", body=bad(target={"url": url}))
+    assert (reply.status, reply.error_code) == (400, "validation_error"), reply.body
+    assert reply.body["error"]["details"] == [{"field": "target.url", "message": LOOPBACK_REFUSED}]
+    assert reply.body["error"]["message"] == (
+        "target.url: is a loopback address: loopback targets are refused; on the local stack, "
+        "start it with TIMERS_ALLOW_LOOPBACK_TARGETS=1 to allow them (plain http too)"
+    )
+    made = api.create(**bad(target={"url": "https://hooks.example.com/h"}))
+    patched = api.call("PATCH", f"/v1/timers/{made['id']}", body={"target": {"url": url}})
+    assert patched.body["error"]["details"] == reply.body["error"]["details"]
+    api.runtime.service.allow_loopback_targets = True  # TIMERS_ALLOW_LOOPBACK_TARGETS=1
+    assert api.call("POST", "/v1/timers", body=bad(target={"url": url})).status == 201
+
+
+def test_a_loopback_target_is_refused_as_before_off_the_local_stack_and_beyond_127_0_0_1(
+    aws: None, clock: FakeClock, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = make_api(monkeypatch, clock, redis_url)  # AWS: no word of the local stack's settings
+    for url, says in [("http://127.0.0.1:9/h", "must use https"),
+                      ("https://127.0.0.1/h", "is not a public address"),
+                      ("http://localhost/h", "must use https")]:  # fmt: skip
+        reply = api.call("POST", "/v1/timers", body=bad(target={"url": url}))
+        assert reply.status == 400 and says in reply.body["error"]["message"], reply.body
+        assert "TIMERS_ALLOW_LOOPBACK_TARGETS" not in json.dumps(reply.body)
+    # a name is judged at delivery, where it is resolved (as before)
+    assert (
+        api.call("POST", "/v1/timers", body=bad(target={"url": "https://localhost/h"})).status
+        == 201
+    )
+    # On the local stack, an address the setting would not allow gets no hint either.
+    api.runtime.service.local_stack = True
+    other = api.call("POST", "/v1/timers", body=bad(target={"url": "https://127.0.0.2/h"}))
+    assert other.status == 400 and "TIMERS_ALLOW" not in other.body["error"]["message"]
 
 
 @pytest.mark.parametrize("raw", ["{not json", "", "[]", "null", '"text"'])

@@ -77,6 +77,7 @@ class TimerService:
     idempotency: IdempotencyStore
     clock: Clock
     allow_loopback_targets: bool = False  # the local stack only (TIMERS_ALLOW_LOOPBACK_TARGETS)
+    local_stack: bool = False  # `make run` (TIMERS_LOCAL_STACK): a refusal names its setting
     extras: Extras | None = None  # run now (None: extra fires neither run nor listed)
     usage: UsageCounters | None = None  # the tenants' usage counters (None: not counted)
 
@@ -263,7 +264,9 @@ class TimerService:
                 "a target is a queue or a URL, not both",
                 [FieldError("target", "give either queue_url or url")],
             )
-        webhook, errors = validate_target(url, headers, self.allow_loopback_targets)
+        webhook, errors = validate_target(
+            url, headers, self.allow_loopback_targets, self.local_stack
+        )
         if webhook is None:
             raise InvalidInput("invalid HTTP target", errors)
         return "", webhook
