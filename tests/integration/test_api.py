@@ -204,11 +204,35 @@ def test_usage_counts_the_months_creates_runs_and_active_timers(api: Api) -> Non
     assert (theirs["timers_created"], theirs["active_timers"]) == (0, 0)
 
 
-@pytest.mark.parametrize("month", ["2026-13", "2026-00", "2026-1", "nov", "2026-11-01"])
-def test_a_malformed_month_is_400(api: Api, month: str) -> None:
+@pytest.mark.parametrize(
+    ("month", "why"),
+    [
+        ("2026-1", "expected YYYY-MM, e.g. 2026-11"),
+        ("nov", "expected YYYY-MM, e.g. 2026-11"),
+        ("2026-11-01", "expected YYYY-MM, e.g. 2026-11"),
+        ("2026-13", "2026-13 is out of range: month 13 is not 01-12"),
+        ("2026-00", "2026-00 is out of range: month 00 is not 01-12"),
+        ("0000-05", "0000-05 is out of range: the year is 0001 to 9999"),
+        # after this month (the test clock's 2026-11): a 400 that says so, not zeros
+        ("2026-12", "2026-12 is in the future: this month is 2026-11 (UTC)"),
+        ("3000-01", "3000-01 is in the future: this month is 2026-11 (UTC)"),
+    ],
+)
+def test_a_month_the_usage_report_cannot_answer_is_400_saying_why(
+    api: Api, month: str, why: str
+) -> None:
     reply = api.call("GET", "/v1/tenant/usage", query={"month": month})
     assert (reply.status, reply.error_code) == (400, "validation_error"), reply.body
-    assert reply.error_fields == {"month"}
+    assert reply.body["error"] == {
+        "code": "validation_error", "message": f"month: {why}",
+        "details": [{"field": "month", "message": why}],
+    }  # fmt: skip
+
+
+def test_the_first_and_the_current_month_are_answered(api: Api) -> None:
+    for month in ("0001-01", "2026-11"):
+        reply = api.call("GET", "/v1/tenant/usage", query={"month": month})
+        assert (reply.status, reply.body["month"]) == (200, month), reply.body
 
 
 def test_tenant_is_whoever_the_key_belongs_to(api: Api) -> None:
