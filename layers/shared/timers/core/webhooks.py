@@ -159,8 +159,9 @@ def validate_target(
 
     HTTPS only, no credentials, at most URL_MAX_CHARS; ``http://`` is accepted only for a
     loopback host when the deployment allows loopback targets (the local stack, for tests).
-    On the local stack (``local_stack``) without that setting, a loopback host - ``localhost``
-    too, which delivery would refuse - is one error that names the setting.
+    On the local stack (``local_stack``) without that setting, a loopback target refused here
+    (plain http to a loopback host, or a loopback literal) is one error that names the setting;
+    what is accepted is the same everywhere (``https://localhost`` is judged at delivery).
     Whatever http.client would refuse to send (a non-ASCII path, a control character, a line
     break in a header) is refused here, so it never becomes a fire that cannot be sent. An IP
     literal is judged here as at delivery (address_allowed); a name is judged at delivery,
@@ -177,7 +178,8 @@ def validate_target(
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError:
         return None, [FieldError("target.url", "is not a valid URL")]
-    loopback_hint = local_stack and not allow_loopback and is_loopback_host(host)
+    loopback_hint = (local_stack and not allow_loopback and is_loopback_host(host)
+                     and (parts.scheme == "http" or _is_ip_literal(host)))  # fmt: skip
     if parts.scheme not in ("https", "http") or not host:
         errors.append(FieldError("target.url", "must be an https:// URL with a host"))
     elif loopback_hint:
