@@ -110,12 +110,14 @@ def schedule_text(schedule: dict[str, Any]) -> str:
     return json.dumps(schedule)
 
 
-WHOLE = frozenset({"ID", "FIRE ID", "TIMER ID"})
-"""Columns never cut: what other commands take (``timers redeliver TIMER_ID FIRE_ID``)."""
+CUT = {"NAME": 40}
+"""The one column a table cuts (at 40 characters): a timer's name, free text of up to 256
+characters that ``timers get`` shows whole. Every other value is printed whole - ids, which
+other commands take, queue URLs, reasons - as a value cut short is one a user cannot use."""
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    widths_cap = [None if h in WHOLE else 40 for h in headers]
+    widths_cap = [CUT.get(h) for h in headers]
     cells = [list(headers)] + [
         [_short(c, cap) for c, cap in zip(row, widths_cap, strict=True)] for row in rows
     ]
@@ -164,17 +166,42 @@ def timer_rows(timers: Iterable[Any]) -> list[list[Any]]:
 TIMER_HEADERS = ("ID", "STATUS", "SCHEDULE", "NEXT FIRE", "FIRES", "NAME", "GROUP")
 
 
+def value_text(value: Any) -> str:
+    """A value as people read it, whole: none is ``-``, text as it is, anything else as JSON
+    (never a Python repr: ``{"a": 1}``, ``true``, ``["x"]``)."""
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def fields_text(data: dict[str, Any]) -> str:
+    """One record, a line per field: its name, then its whole value."""
+    width = max(len(k) for k in data)
+    return "\n".join(f"{k.ljust(width)}  {value_text(v)}" for k, v in data.items())
+
+
 def show_timer(timer: Any) -> str:
     data = asdict(timer)
     data["schedule"] = schedule_text(timer.schedule)
     data["next_fire_at"] = next_fire_text(timer, "%Y-%m-%d %H:%M %Z")
     data["target"] = timer.target.get("queue_url") or timer.target.get("url")
-    data["payload"] = json.dumps(timer.payload)
+    if headers := timer.target.get("headers"):  # right after the URL, values masked by the API
+        shown = ", ".join(f"{name}: {value}" for name, value in headers.items())
+        with_headers: dict[str, Any] = {}
+        for key, value in data.items():
+            with_headers[key] = value
+            if key == "target":
+                with_headers["target_headers"] = shown
+        data = with_headers
+    data["payload"] = json.dumps(timer.payload, ensure_ascii=False)
     data["window_seconds"] = f"{timer.window_seconds:g}s"
     if timer.retry is not None:  # "max_attempts 3, max_age_seconds -", not a Python dict
         data["retry"] = ", ".join(f"{k} {'-' if v is None else v}" for k, v in timer.retry.items())
-    width = max(len(k) for k in data)
-    return "\n".join(f"{k.ljust(width)}  {'-' if v is None else v}" for k, v in data.items())
+    return fields_text(data)
 
 
 # ---------------------------------------------------------------- commands
@@ -226,10 +253,10 @@ def cmd_create(client: Client, args: argparse.Namespace) -> Any:
 
 
 def cmd_whoami(client: Client, args: argparse.Namespace) -> Any:
-    tenant = client.tenant()
-    return tenant, lambda: table(("TENANT", "CALLBACK QUEUE", "RETENTION DAYS"),
-                                 [[tenant.tenant, tenant.callback_queue_url,
-                                   tenant.retention_days]])  # fmt: skip
+    tenant = client.tenant()  # a line per field, each whole (--json has the webhook secret)
+    return tenant, lambda: fields_text({"tenant": tenant.tenant,
+                                        "callback_queue_url": tenant.callback_queue_url,
+                                        "retention_days": tenant.retention_days})  # fmt: skip
 
 
 KEY_HEADERS = ("KEY ID", "CREATED", "LAST USED", "LABEL")
@@ -287,20 +314,50 @@ def cmd_fires(client: Client, args: argparse.Namespace) -> Any:
         fires.append(fire)
         if args.limit is not None and len(fires) >= args.limit:
             break
+    return {"items": fires}, lambda: fires_text(fires)
+
+
+FIRE_HEADERS = ("FIRE ID", "SCHEDULED", "ENQUEUED", "DELIVERED", "LAG MS", "STATUS")
+HTTP_FIRE_HEADERS = ("ATTEMPTS", "LAST STATUS")
+
+
+def fires_text(fires: Sequence[Any]) -> str:
+    """A row per fire, whole; an HTTP target's fires add their attempts and last status. A
+    fire's long values - its reason, its last failed answer - follow it on lines of their own,
+    indented, so nothing is cut and the columns stay readable."""
+    http = any(f.attempts is not None for f in fires)
+    headers = (*FIRE_HEADERS, *(HTTP_FIRE_HEADERS if http else ()))
     rows = [[f.fire_id, f.scheduled_at, f.enqueued_at, f.delivered_at, f.lag_ms, f.status,
-             f.reason] for f in fires]  # fmt: skip
-    headers = ("FIRE ID", "SCHEDULED", "ENQUEUED", "DELIVERED", "LAG MS", "STATUS", "REASON")
-    return {"items": fires}, lambda: table(headers, rows)
+             *([f.attempts, f.last_status] if http else [])] for f in fires]  # fmt: skip
+    lines = table(headers, rows).split("\n")
+    out = lines[:1]
+    for fire, line in zip(fires, lines[1:], strict=True):
+        out.append(line)
+        if fire.reason:
+            out.append(f"    reason: {fire.reason}")
+        if fire.last_error:
+            out.append(f"    last error: {last_error_text(fire.last_error)}")
+    return "\n".join(out)
 
 
-FAILED_HEADERS = ("FAILED AT", "FIRE ID", "REASON", "LAST STATUS")
+def last_error_text(error: dict[str, Any]) -> str:
+    """An HTTP fire's last failed attempt: ``http 503 after 41 ms, body "down"``, or
+    ``timeout after 10000 ms``; the body (at most 512 bytes) whole, quoted on one line."""
+    status = error.get("status")
+    what = f"http {status}" if status is not None else error.get("error") or "no answer"
+    text = f"{what} after {error.get('latency_ms', '-')} ms"
+    if error.get("body"):
+        text += f", body {json.dumps(error['body'], ensure_ascii=False)}"
+    return text
+
+
+FAILED_HEADERS = ("FAILED AT", "FIRE ID", "ATTEMPTS", "LAST STATUS")
 
 
 def failed_rows(fires: Sequence[Any], redelivered: bool = False) -> list[list[Any]]:
-    rows = [[f.failed_at, f.fire_id, f.reason, f.last_status] for f in fires]
-    if redelivered:
-        rows = [[*row, f.redelivered_at] for row, f in zip(rows, fires, strict=True)]
-    return rows
+    """The reason last: whole, it is as long as it needs to be."""
+    return [[f.failed_at, f.fire_id, f.attempts, f.last_status,
+             *([f.redelivered_at] if redelivered else []), f.reason] for f in fires]  # fmt: skip
 
 
 def cmd_failed(client: Client, args: argparse.Namespace) -> Any:
@@ -310,7 +367,7 @@ def cmd_failed(client: Client, args: argparse.Namespace) -> Any:
         fires.append(fire)
         if args.limit is not None and len(fires) >= args.limit:
             break
-    headers = (*FAILED_HEADERS, *(["REDELIVERED AT"] if args.all else []))
+    headers = (*FAILED_HEADERS, *(["REDELIVERED AT"] if args.all else []), "REASON")
     return {"items": fires}, lambda: table(headers, failed_rows(fires, args.all))
 
 

@@ -303,6 +303,7 @@ class LocalStack:
             **self._aws_endpoints(),
             "AWS_ENDPOINT_URL_LAMBDA": self.config.api_endpoint,
             "AWS_SAM_LOCAL": "true",  # as `sam local` sets it: powertools skips X-Ray
+            "TIMERS_LOCAL_STACK": "true",  # errors may name this stack's settings
             **LOCAL_CREDENTIALS,
             # Loopback webhook targets (tests, make demo): only if the stack was started with it.
             **{k: v for k, v in os.environ.items() if k == "TIMERS_ALLOW_LOOPBACK_TARGETS"},

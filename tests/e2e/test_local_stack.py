@@ -307,6 +307,7 @@ def test_without_the_setting_loopback_targets_are_refused(local_stack: RunningSt
     )  # fmt: skip
     assert status == 400 and body["error"]["code"] == "validation_error"
     assert body["error"]["details"][0]["field"] == "target.url"
+    assert "start it with TIMERS_ALLOW_LOOPBACK_TARGETS=1" in body["error"]["message"]
 
 
 def test_a_failed_webhook_fire_is_found_and_redelivered_with_the_cli(stack: RunningStack) -> None:

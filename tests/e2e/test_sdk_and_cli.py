@@ -245,6 +245,58 @@ def test_cli_preview_and_errors(env: dict[str, str]) -> None:
     assert usage.returncode == 2 and "not a duration" in usage.stderr
 
 
+def test_cli_prints_whole_values_never_a_python_repr(
+    env: dict[str, str], sdk: Client, tenant: dict[str, Any]
+) -> None:
+    whoami = dict(line.split(None, 1) for line in cli("whoami", env=env).stdout.splitlines())
+    assert set(whoami) == {"tenant", "callback_queue_url", "retention_days"}
+    assert whoami["callback_queue_url"] == tenant["callback_queue_url"]  # whole, not cut at 40
+    made = json.loads(cli("--json", "create", "--in", "1h", "--url", "https://hooks.example.com/h",
+                          "--header", "Authorization: Bearer t0ken", "--payload",
+                          '{"order": [1, "x"], "paid": true, "note": null}',
+                          "--retry-attempts", "3", env=env).stdout)  # fmt: skip
+    shown = cli("get", made["id"], env=env).stdout
+    fields = dict(line.split(None, 1) for line in shown.splitlines())
+    assert fields["target"] == "https://hooks.example.com/h"
+    assert fields["target_headers"].startswith("Authorization: ")  # its value masked by the API
+    assert "t0ken" not in shown
+    assert json.loads(fields["payload"]) == {"order": [1, "x"], "paid": True, "note": None}
+    assert fields["retry"] == "max_attempts 3, max_age_seconds -"
+    for python in ("{'", "['", "None", "True", "False"):  # a Python repr anywhere
+        assert python not in shown, (python, shown)
+
+
+def test_cli_usage_says_why_a_month_is_refused(env: dict[str, str]) -> None:
+    for month, says in [
+        ("2026-13", "month: 2026-13 is out of range: month 13 is not 01-12"),
+        ("3000-01", "month: 3000-01 is in the future: this month is "),
+        ("2026-1", "month: expected YYYY-MM"),
+    ]:
+        run = cli("usage", "--month", month, env=env, check=False)
+        assert (run.returncode, run.stdout) == (1, ""), run.stderr
+        [line] = run.stderr.splitlines()
+        assert line.startswith(f"timers: 400 validation_error: {says}"), line
+    assert json.loads(cli("--json", "usage", env=env).stdout)["fires"]["enqueued"] >= 0
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8080/hook", "https://[::1]/hook", "http://localhost:8080/hook"]
+)
+def test_a_loopback_webhook_on_the_local_stack_is_refused_naming_the_setting(
+    env: dict[str, str], sdk: Client, url: str
+) -> None:
+    """The shared stack runs as `make run` does, without TIMERS_ALLOW_LOOPBACK_TARGETS."""
+    run = cli("create", "--in", "1h", "--url", url, env=env, check=False)
+    assert run.returncode == 1
+    [line] = run.stderr.splitlines()
+    assert line == (
+        "timers: 400 validation_error: target.url: is a loopback address: loopback targets "
+        "are refused; on the local stack, start it with TIMERS_ALLOW_LOOPBACK_TARGETS=1 to "
+        "allow them (plain http too)"
+    )
+    assert list(sdk.list()) == []
+
+
 def test_cli_exports_timers_and_imports_them_reporting_each_bad_line(
     env: dict[str, str], sdk: Client, tmp_path: Path
 ) -> None:

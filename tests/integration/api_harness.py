@@ -127,10 +127,12 @@ def make_api(
     return Api(runtime, clock, keys, queues)
 
 
-def seed_failed_fire(api: Api, timer_id: str, fire_id: str) -> None:
+def seed_failed_fire(
+    api: Api, timer_id: str, fire_id: str, failed: DeliveryState | None = None
+) -> None:
     """What the trigger and the delivery function leave of an HTTP fire that failed: its claim
-    entry (sent to the delivery queue), its delivery record (failed) and its failure, with the
-    message; and the delivery queue a redelivery sends it to."""
+    entry (sent to the delivery queue), its delivery record (``failed``, by default one 400)
+    and its failure, with the message; and the delivery queue a redelivery sends it to."""
     sqs = boto3.client("sqs")
     queue = sqs.create_queue(QueueName="DeliveryQueue")["QueueUrl"]
     api.runtime.failures.delivery_queue = DeliveryQueue(queue, sqs)
@@ -141,12 +143,14 @@ def seed_failed_fire(api: Api, timer_id: str, fire_id: str) -> None:
     claims = api.runtime.wiring.log
     sent = Entry(state="d", rev=timer.rev, n=1, enqueued=due, hook=True)
     assert claims.claim(ref[0], {ref[1]: sent})
-    failed = DeliveryState(1, due, due, 400, failed="http 400", failed_ms=due + 5)
+    failed = failed or DeliveryState(1, due, due, 400, failed="http 400", failed_ms=due + 5)
+    assert failed.failed is not None and failed.failed_ms is not None
     assert api.runtime.service.deliveries.write_delivery(ref, failed, None)
     api.runtime.failures.failures.put(
         FailedFire(
-            tenant="acme", fire_id=fire_id, timer_id=timer_id, reason="http 400",
-            last_status=400, attempts=1, failed_ms=due + 5, body=json.dumps({"fire_id": fire_id}),
+            tenant="acme", fire_id=fire_id, timer_id=timer_id, reason=failed.failed,
+            last_status=failed.last_status, attempts=failed.attempts, failed_ms=failed.failed_ms,
+            body=json.dumps({"fire_id": fire_id}),
             attributes={"fire_id": fire_id, "tenant": "acme", "claim": " ".join(ref),
                         "target": '{"url": "https://example.com/h", "headers": {}}'},
         )

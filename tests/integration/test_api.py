@@ -19,7 +19,7 @@ from tests.support.clock import T0, FakeClock
 from tests.support.real_parts import RedisTarget
 from timers.adapters import tenants
 from timers.core.times import format_ms
-from timers.core.webhooks import RetryPolicy
+from timers.core.webhooks import LOOPBACK_REFUSED, RetryPolicy
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 AT = format_ms(T0 + 3_600_000)  # an hour from the test clock's now
@@ -204,11 +204,35 @@ def test_usage_counts_the_months_creates_runs_and_active_timers(api: Api) -> Non
     assert (theirs["timers_created"], theirs["active_timers"]) == (0, 0)
 
 
-@pytest.mark.parametrize("month", ["2026-13", "2026-00", "2026-1", "nov", "2026-11-01"])
-def test_a_malformed_month_is_400(api: Api, month: str) -> None:
+@pytest.mark.parametrize(
+    ("month", "why"),
+    [
+        ("2026-1", "expected YYYY-MM, e.g. 2026-11"),
+        ("nov", "expected YYYY-MM, e.g. 2026-11"),
+        ("2026-11-01", "expected YYYY-MM, e.g. 2026-11"),
+        ("2026-13", "2026-13 is out of range: month 13 is not 01-12"),
+        ("2026-00", "2026-00 is out of range: month 00 is not 01-12"),
+        ("0000-05", "0000-05 is out of range: the year is 0001 to 9999"),
+        # after this month (the test clock's 2026-11): a 400 that says so, not zeros
+        ("2026-12", "2026-12 is in the future: this month is 2026-11 (UTC)"),
+        ("3000-01", "3000-01 is in the future: this month is 2026-11 (UTC)"),
+    ],
+)
+def test_a_month_the_usage_report_cannot_answer_is_400_saying_why(
+    api: Api, month: str, why: str
+) -> None:
     reply = api.call("GET", "/v1/tenant/usage", query={"month": month})
     assert (reply.status, reply.error_code) == (400, "validation_error"), reply.body
-    assert reply.error_fields == {"month"}
+    assert reply.body["error"] == {
+        "code": "validation_error", "message": f"month: {why}",
+        "details": [{"field": "month", "message": why}],
+    }  # fmt: skip
+
+
+def test_the_first_and_the_current_month_are_answered(api: Api) -> None:
+    for month in ("0001-01", "2026-11"):
+        reply = api.call("GET", "/v1/tenant/usage", query={"month": month})
+        assert (reply.status, reply.body["month"]) == (200, month), reply.body
 
 
 def test_tenant_is_whoever_the_key_belongs_to(api: Api) -> None:
@@ -430,6 +454,49 @@ def test_public_literals_are_accepted_and_loopback_only_where_the_stack_allows_i
         assert api.call("POST", "/v1/timers", body=bad(target={"url": url})).status == 201
     other = bad(target={"url": "https://127.0.0.2:9/h"})  # the rest of 127/8 stays refused
     assert api.call("POST", "/v1/timers", body=other).status == 400
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:9/h", "https://127.0.0.1/h", "http://localhost:8080/h",
+     "https://[::1]:9/h", "http://[::1]:9/h"],
+)  # fmt: skip
+def test_on_the_local_stack_a_refused_loopback_target_names_the_setting_that_allows_it(
+    aws: None, clock: FakeClock, redis_url: str, monkeypatch: pytest.MonkeyPatch, url: str
+) -> None:
+    api = make_api(monkeypatch, clock, redis_url, timers_local_stack=True)  # as `make run` sets
+    reply = api.call("POST", "/v1/timers", body=bad(target={"url": url}))
+    assert (reply.status, reply.error_code) == (400, "validation_error"), reply.body
+    assert reply.body["error"]["details"] == [{"field": "target.url", "message": LOOPBACK_REFUSED}]
+    assert reply.body["error"]["message"] == (
+        "target.url: is a loopback address: loopback targets are refused; on the local stack, "
+        "start it with TIMERS_ALLOW_LOOPBACK_TARGETS=1 to allow them (plain http too)"
+    )
+    made = api.create(**bad(target={"url": "https://hooks.example.com/h"}))
+    patched = api.call("PATCH", f"/v1/timers/{made['id']}", body={"target": {"url": url}})
+    assert patched.body["error"]["details"] == reply.body["error"]["details"]
+    api.runtime.service.allow_loopback_targets = True  # TIMERS_ALLOW_LOOPBACK_TARGETS=1
+    assert api.call("POST", "/v1/timers", body=bad(target={"url": url})).status == 201
+
+
+def test_a_loopback_target_is_refused_as_before_off_the_local_stack_and_beyond_127_0_0_1(
+    aws: None, clock: FakeClock, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = make_api(monkeypatch, clock, redis_url)  # AWS: no word of the local stack's settings
+    for url, says in [("http://127.0.0.1:9/h", "must use https"),
+                      ("https://127.0.0.1/h", "is not a public address"),
+                      ("http://localhost/h", "must use https")]:  # fmt: skip
+        reply = api.call("POST", "/v1/timers", body=bad(target={"url": url}))
+        assert reply.status == 400 and says in reply.body["error"]["message"], reply.body
+        assert "TIMERS_ALLOW_LOOPBACK_TARGETS" not in json.dumps(reply.body)
+    # On the local stack, an address the setting would not allow gets no hint either; and what
+    # is accepted is the same as on AWS: a name is judged at delivery, where it is resolved.
+    for local_stack in (False, True):
+        api.runtime.service.local_stack = local_stack
+        named = bad(target={"url": "https://localhost/h"})
+        assert api.call("POST", "/v1/timers", body=named).status == 201
+    other = api.call("POST", "/v1/timers", body=bad(target={"url": "https://127.0.0.2/h"}))
+    assert other.status == 400 and "TIMERS_ALLOW" not in other.body["error"]["message"]
 
 
 @pytest.mark.parametrize("raw", ["{not json", "", "[]", "null", '"text"'])

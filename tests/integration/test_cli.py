@@ -21,6 +21,7 @@ import pytest
 from tests.integration.api_harness import Api, make_api, seed_failed_fire
 from tests.support.clock import T0, FakeClock
 from timers.core.times import format_ms
+from timers.core.webhooks import DeliveryState
 from timers_client import Client, cli
 
 TIMERS = Path(sys.executable).parent / "timers"  # the console script
@@ -117,7 +118,7 @@ def test_tables_print_fire_ids_whole_and_redeliver_takes_a_unique_start(
     assert code == 0
     assert {line.split()[1] for line in out.splitlines()[1:]} == {first, second}  # whole
     code, out, _ = timers(api, capsys, "fires", made["id"])
-    shown = {line.split()[0] for line in out.splitlines()[1:]}
+    shown = {line.split()[0] for line in out.splitlines()[1:] if not line.startswith(" ")}
     assert shown and shown <= {first, second}
 
     code, _, err = timers(api, capsys, "redeliver", made["id"], f"{made['id']}:")
@@ -140,7 +141,44 @@ def test_a_redelivered_fire_leaves_the_failed_list_unless_all(
     assert (code, out.splitlines()[1:]) == (0, [])
     code, out, _ = timers(api, capsys, "failed", "--all")
     header, row = out.splitlines()
-    assert header.split()[-2:] == ["REDELIVERED", "AT"] and row.split()[1] == fire_id
+    assert header.split()[-3:] == ["REDELIVERED", "AT", "REASON"] and row.split()[1] == fire_id
+    assert row.endswith("  http 400")
+
+
+GAVE_UP = "gave up after 5 attempts (max_attempts): http 503"  # 49 characters: was cut at 40
+
+
+def test_fires_and_failed_print_reasons_attempts_and_the_last_answer_whole(
+    api: Api, clock: FakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    made = api.create(schedule={"type": "every", "seconds": 60},
+                      target={"url": "https://hooks.example.com/h"})  # fmt: skip
+    due = T0 + 60_000
+    fire_id = f"{made['id']}:{due}"
+    body = "upstream is down for maintenance until 10:30 UTC\nretry later"
+    seed_failed_fire(api, made["id"], fire_id, DeliveryState(
+        5, due, due + 90_000, 503, last_body=body, last_latency_ms=41, failed=GAVE_UP,
+        failed_ms=due + 90_005,
+    ))  # fmt: skip
+    clock.now = T0 + 180_000
+    code, out, err = timers(api, capsys, "fires", made["id"])
+    assert code == 0, err
+    header, *rest = out.splitlines()
+    assert header.split() == ["FIRE", "ID", "SCHEDULED", "ENQUEUED", "DELIVERED", "LAG", "MS",
+                              "STATUS", "ATTEMPTS", "LAST", "STATUS"]  # fmt: skip
+    row = next(line for line in rest if line.startswith(fire_id))
+    assert row.split()[-3:] == ["failed", "5", "503"]
+    at = rest.index(row)
+    assert rest[at + 1 : at + 3] == [
+        f"    reason: {GAVE_UP}",
+        f"    last error: http 503 after 41 ms, body {json.dumps(body)}",
+    ]
+    code, out, err = timers(api, capsys, "failed")
+    assert code == 0, err
+    header, row = out.splitlines()
+    assert header.split() == ["FAILED", "AT", "FIRE", "ID", "ATTEMPTS", "LAST", "STATUS",
+                              "REASON"]  # fmt: skip
+    assert row.split()[1:4] == [fire_id, "5", "503"] and row.endswith(f"  {GAVE_UP}")
 
 
 def test_tz_without_cron_is_a_usage_error(api: Api, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 from timers.core.numbers import is_ascii_digits
 from timers.engine.wake import WAKE_SHARDS
 
-LOCAL_ONLY = frozenset({"timers_allow_loopback_targets"})
+LOCAL_ONLY = frozenset({"timers_allow_loopback_targets", "timers_local_stack"})
 """Settings the deployed template must never set (tests/unit/test_template.py checks)."""
 OPTIONAL = frozenset({"delivery_queue_url", "delivery_dlq_url", "delivery_redrive_queue_url"})
 """Settings an empty value may leave empty (functions that do not use them)."""
@@ -46,6 +46,9 @@ class Settings:
     webhook_tenant_concurrency: int = 16  # POSTs in flight per tenant, all origins together
     # Loopback webhook targets (also over plain http): the local stack, for tests and demos.
     timers_allow_loopback_targets: bool = False
+    # Set by `make run` (ops/local/stack.py) only: a refusal may name the local stack's own
+    # settings (a loopback target: TIMERS_ALLOW_LOOPBACK_TARGETS). Nothing else depends on it.
+    timers_local_stack: bool = False
 
     def __post_init__(self) -> None:
         if self.bucket_count < 1 or WAKE_SHARDS % self.bucket_count:

@@ -450,7 +450,7 @@ class UsageOut(_Out):
     timers_created: int
     active_timers: int = Field(
         description="Timers active at the end of the month (UTC): an earlier month answers the "
-        "count at its end, this month (or a later one) the count now"
+        "count at its end, this month the count now"
     )
 
 

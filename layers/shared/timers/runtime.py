@@ -328,6 +328,7 @@ def build_runtime(
         IdempotencyStore(s.idempotency_table),
         clock,
         allow_loopback_targets=s.timers_allow_loopback_targets,
+        local_stack=s.timers_local_stack,
         extras=extras,
         usage=usage,
         groups=group_store,

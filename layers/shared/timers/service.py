@@ -51,7 +51,25 @@ LIST_READ_LIMIT = 1_000
 """Items one list request reads at most (payload items and other statuses included)."""
 LIST_READ_BATCH = 100
 """Items read per query when a status filter may discard most of them."""
-_MONTH = re.compile(r"[0-9]{4}-(0[1-9]|1[0-2])")  # ASCII digits: ``\d`` takes any script's
+_MONTH = re.compile(r"([0-9]{4})-([0-9]{2})")  # ASCII digits: ``\d`` takes any script's
+
+
+def _check_month(month: str, this_month: str) -> None:
+    """A month the usage report can answer: YYYY-MM, a real month, not after this one (UTC).
+    Each refusal says which of the three it is: a month that has that shape is out of range or
+    in the future, not "expected YYYY-MM"."""
+    shape = _MONTH.fullmatch(month)
+    if shape is None:
+        why = "expected YYYY-MM, e.g. 2026-11"
+    elif not 1 <= int(shape[2]) <= 12:
+        why = f"{month} is out of range: month {shape[2]} is not 01-12"
+    elif shape[1] == "0000":
+        why = f"{month} is out of range: the year is 0001 to 9999"
+    elif month > this_month:  # both YYYY-MM: their order is the months' order
+        why = f"{month} is in the future: this month is {this_month} (UTC)"
+    else:
+        return
+    raise InvalidInput("invalid month", [FieldError("month", why)])
 
 
 @dataclass(frozen=True)
@@ -80,6 +98,7 @@ class TimerService:
     idempotency: IdempotencyStore
     clock: Clock
     allow_loopback_targets: bool = False  # the local stack only (TIMERS_ALLOW_LOOPBACK_TARGETS)
+    local_stack: bool = False  # `make run` (TIMERS_LOCAL_STACK): a refusal names its setting
     extras: Extras | None = None  # run now (None: extra fires neither run nor listed)
     usage: UsageCounters | None = None  # the tenants' usage counters (None: not counted)
     groups: GroupStore | None = None  # the tenants' groups (None: their registry not kept)
@@ -226,10 +245,11 @@ class TimerService:
 
     def usage_of(self, tenant: Tenant, month: str | None) -> dict[str, Any]:
         """The tenant's usage of ``month`` (YYYY-MM, UTC; None: this month)."""
+        this_month = month_of(self.clock())
         if month is None:
-            month = month_of(self.clock())
-        elif not _MONTH.fullmatch(month):
-            raise InvalidInput("invalid month", [FieldError("month", "expected YYYY-MM")])
+            month = this_month
+        else:
+            _check_month(month, this_month)
         if self.usage is None:
             raise InvalidState("usage is not counted here")
         first = month_of(tenant.created_ms) if tenant.created_ms else month
@@ -277,7 +297,9 @@ class TimerService:
                 "a target is a queue or a URL, not both",
                 [FieldError("target", "give either queue_url or url")],
             )
-        webhook, errors = validate_target(url, headers, self.allow_loopback_targets)
+        webhook, errors = validate_target(
+            url, headers, self.allow_loopback_targets, self.local_stack
+        )
         if webhook is None:
             raise InvalidInput("invalid HTTP target", errors)
         return "", webhook

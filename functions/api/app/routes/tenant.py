@@ -88,7 +88,11 @@ def revoke_key(key_id: str) -> Response[None]:
 
 Month = Annotated[
     str | None,
-    Query(description="YYYY-MM (UTC); default: this month", max_length=16),
+    Query(
+        description="YYYY-MM (UTC), at most this month; default: this month. A month out of "
+        "range (2026-13) or in the future is 400 on month",
+        max_length=16,
+    ),
 ]
 
 

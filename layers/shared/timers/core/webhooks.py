@@ -145,13 +145,23 @@ def is_loopback_host(host: str) -> bool:
         return host.lower() == "localhost"
 
 
+LOOPBACK_REFUSED = (
+    "is a loopback address: loopback targets are refused; on the local stack, start it with "
+    "TIMERS_ALLOW_LOOPBACK_TARGETS=1 to allow them (plain http too)"
+)
+"""What the local stack says of a loopback target it refuses: the setting that allows it."""
+
+
 def validate_target(
-    url: object, headers: object, allow_loopback: bool = False
+    url: object, headers: object, allow_loopback: bool = False, local_stack: bool = False
 ) -> tuple[Webhook | None, list[FieldError]]:
     """The webhook, or what is wrong with it (fields ``target.url``, ``target.headers``).
 
     HTTPS only, no credentials, at most URL_MAX_CHARS; ``http://`` is accepted only for a
     loopback host when the deployment allows loopback targets (the local stack, for tests).
+    On the local stack (``local_stack``) without that setting, a loopback target refused here
+    (plain http to a loopback host, or a loopback literal) is one error that names the setting;
+    what is accepted is the same everywhere (``https://localhost`` is judged at delivery).
     Whatever http.client would refuse to send (a non-ASCII path, a control character, a line
     break in a header) is refused here, so it never becomes a fire that cannot be sent. An IP
     literal is judged here as at delivery (address_allowed); a name is judged at delivery,
@@ -168,8 +178,12 @@ def validate_target(
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError:
         return None, [FieldError("target.url", "is not a valid URL")]
+    loopback_hint = (local_stack and not allow_loopback and is_loopback_host(host)
+                     and (parts.scheme == "http" or _is_ip_literal(host)))  # fmt: skip
     if parts.scheme not in ("https", "http") or not host:
         errors.append(FieldError("target.url", "must be an https:// URL with a host"))
+    elif loopback_hint:
+        errors.append(FieldError("target.url", LOOPBACK_REFUSED))
     elif parts.scheme == "http" and not (allow_loopback and is_loopback_host(host)):
         errors.append(FieldError("target.url", "must use https"))
     if parts.username is not None or parts.password is not None or "@" in parts.netloc:
@@ -180,7 +194,7 @@ def validate_target(
         errors.append(FieldError("target.url", "path and query must be ASCII (percent-encode)"))
     if host and not _host_sendable(host):
         errors.append(FieldError("target.url", "host is not a valid host name or IP address"))
-    elif _is_ip_literal(host) and not address_allowed(host, allow_loopback):
+    elif _is_ip_literal(host) and not (loopback_hint or address_allowed(host, allow_loopback)):
         errors.append(
             FieldError(
                 "target.url",
