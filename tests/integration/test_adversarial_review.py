@@ -1,0 +1,441 @@
+"""Adversarial review of the fire path: each confirmed defect proven by a test that fails while
+it exists (``xfail(strict=True)``: the suite passes with the defect, and fails once it is
+fixed until the mark goes).
+
+1. test_a_run_that_refuses_its_clock_leaves_its_bucket_without_a_run_for_a_minute - a trigger
+   run that does not trust its clock (a slow Redis TIME, a host clock off) returns without
+   clearing its run marker; the fan-out keeps a queued marker alive for MAX_QUEUED_MS, so the
+   bucket gets no run for about a minute.
+   test_a_run_whose_first_redis_time_fails_leaves_its_bucket_without_a_run_for_a_minute - the
+   same when the reference clock's first read raises (a Redis blip at the run's start).
+2. test_a_tenant_whose_queued_timers_were_deleted_waits_behind_another_tenants_crowd - the
+   fair queue's ``tags`` keep a tenant's last tag after its queued members left the queue by
+   a change (delete, PATCH, pause): its next fire is tagged behind all it had queued, so it
+   waits for another tenant's whole crowd instead of going out in the next lease.
+3. test_a_takeover_of_a_fire_whose_window_grew_sleeps_past_the_runs_timeout - a change that
+   adopts a claimed fire keeps the member's lease score but gives the card the new window's
+   (later) send instant; the run that takes the lapsed claim over waits for that instant
+   however far it is - past its deadline (Lambda kills it at its timeout), run after run.
+4. test_a_redis_error_settling_a_stale_card_delays_the_fires_claimed_beside_it_by_a_run - a
+   Redis error in the claim step's settles (a stale card dropped, a held card released) ends
+   the run before its fresh claims join ``pending``: its hand-back does not release them, so
+   they wait for the claim to lapse (the run's deadline + 2 s) instead of the next run.
+5. test_a_patch_of_max_fires_drops_the_windowed_fires_due_and_waiting_for_their_instant -
+   a PATCH of a bound (max_fires, end_at, start_at) restarts a recurring timer's series after
+   now: the occurrences already due but still waiting for their window's send instant (up to
+   W/2 of them) are never sent, nor counted as missed - lost.
+6. test_a_hundred_fires_of_one_claim_item_need_two_records_and_a_send_reserves_one - a send
+   starts with SEND_RESERVE_MS left (one record's worst case), but the fires of one claim item
+   are recorded CHUNK (50) a write, in turn: when the send's last batch and the first record
+   are slow (each within its client's timeout), the second record finds no time, and its 50
+   sent fires are taken over and sent again - a duplicate outside the documented window.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
+
+import boto3
+import pytest
+import redis
+
+from tests.integration.api_harness import Api, make_api
+from tests.integration.test_engine_index import card, many
+from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
+    LAPSE_MS,
+    REMAINING_MS,
+    Kill,
+    Rig,
+    kill_at,
+    rig,
+    until_armed,
+    windowed,
+)
+from tests.support.callbacks import drain
+from tests.support.clock import T0, FakeClock
+from tests.support.real_parts import RedisTarget
+from timers.core.times import format_ms, parse_ms
+from timers.core.window import phase_of, send_at
+from timers.engine import keys
+from timers.engine.entries import fence, partition_for, ref_of
+from timers.engine.fanout import POLL_MS, Fanout
+from timers.engine.index import BucketIndex
+from timers.engine.migrate import run_migrator
+from timers.engine.trigger import (
+    SEND_RESERVE_MS,
+    Pace,
+    RunMarker,
+    TriggerDeps,
+    drain_usage,
+    run_trigger,
+)
+from timers.runtime import fanout_deps, migrator_deps, trigger_deps
+
+pytestmark = pytest.mark.integration
+
+TRIGGER_TIMEOUT_MS = 30_000  # template.yaml: the trigger's Timeout
+
+
+class World:
+    """The deployed shape, poll by poll (as tests/integration/test_fire_path.py's World), with
+    a say in each trigger run: ``deps_for(n)`` gives the n-th run's deps (a sick host), and a
+    run that raises is what Lambda logs (MaximumRetryAttempts: 0) - the loop goes on."""
+
+    def __init__(self, api: Api) -> None:
+        self.api, self.clock = api, api.clock
+        self.redis: redis.Redis = api.runtime.redis
+        wiring = api.runtime.wiring
+        self.sqs = boto3.client("sqs")
+        self.invoked: list[dict[str, Any]] = []
+        self.migrator = migrator_deps(wiring, sleep=self._sleep)
+        self.fanout = Fanout(fanout_deps(wiring, self._invoke, self.clock, self._sleep))
+        self.trigger = trigger_deps(wiring, self.sqs, clock=self.clock, reference=self.clock,
+                                    monotonic=None, sleep=self._sleep)  # fmt: skip
+        self.deps_for: Callable[[int], TriggerDeps] = lambda _: self.trigger
+        self.received: list[dict[str, Any]] = []
+        self.triggers = 0
+        self.raised: list[BaseException] = []
+        self._minute = -1
+
+    def _sleep(self, seconds: float) -> None:
+        self.clock.advance(max(1, math.ceil(seconds * 1000)))
+
+    def _invoke(self, FunctionName: str, InvocationType: str, Payload: bytes) -> None:
+        assert InvocationType == "Event"
+        self.invoked.append({"function": FunctionName, **json.loads(Payload)})
+
+    def run_until(self, end_ms: int) -> None:
+        second = self.clock() // 1000
+        while self.clock() < end_ms:
+            if self.clock() // 60_000 != self._minute:
+                self._minute = self.clock() // 60_000
+                run_migrator(self.migrator, self.clock())
+            self.fanout.act()
+            while self.invoked:
+                event = self.invoked.pop(0)
+                if "restore" in event:
+                    run_migrator(self.migrator, self.clock(), event["restore"])
+                    continue
+                marker = RunMarker(event["slot"], event["token"])
+                deps = self.deps_for(self.triggers)
+                self.triggers += 1
+                try:
+                    run_trigger(deps, event["bucket"], TRIGGER_TIMEOUT_MS, marker)
+                except Exception as exc:  # Lambda logs it; no retry
+                    self.raised.append(exc)
+            if self.clock() // 1000 != second:
+                second = self.clock() // 1000
+                self.read_queues()
+            self.clock.advance(POLL_MS)
+        self.read_queues()
+
+    def read_queues(self) -> None:
+        for url in self.api.queues.values():
+            self.received += drain(self.sqs, url, self.clock())
+
+    def lags(self, timer_id: str) -> dict[int, int]:
+        return {
+            parse_ms(b["scheduled_at"]): parse_ms(b["fired_at"]) - parse_ms(b["scheduled_at"])
+            for b in self.received
+            if b["timer_id"] == timer_id
+        }
+
+
+@pytest.fixture
+def world(
+    aws: None, clock: FakeClock, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[World]:
+    yield World(make_api(monkeypatch, clock, RedisTarget(redis_url, cluster=False)))
+
+
+# ---------------------------------------------------------------- 1. a run marker left queued
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a run that refuses its clock returns before its try/_stop: its marker stays "
+    "'queued', which the fan-out keeps alive for MAX_QUEUED_MS (60 s): no run for a minute",
+)
+def test_a_run_that_refuses_its_clock_leaves_its_bucket_without_a_run_for_a_minute(
+    world: World,
+) -> None:
+    """One sandbox's bad moment (its host clock 3 s off, or one TIME read over a slow round
+    trip) should cost one run - the next poll starts another on a sane host - not a minute."""
+    timer = world.api.create(schedule={"type": "after", "seconds": 2})
+    sane = world.trigger
+    sick = replace(sane, clock=lambda: world.clock() + 3_000)  # refused: > MAX_CLOCK_OFFSET_MS
+    world.deps_for = lambda n: sick if n == 0 else sane
+    world.run_until(T0 + 12_000)  # (Redis TTLs run in real time: 12 s of polls, not 60)
+    stuck = {k: world.redis.get(k) for k in world.redis.keys(keys.run(0, 0).replace("b0", "b*"))}
+    assert T0 + 2_000 in world.lags(timer["id"]), (
+        f"not sent 10 s after its due time: {world.triggers} run(s); the bucket's marker is "
+        f"still the refused run's, queued: {stuck!r}"
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Run.__init__ reads Redis TIME outside the run's try: a raise there leaves the "
+    "marker 'queued', kept by the fan-out for MAX_QUEUED_MS (60 s): no run for a minute",
+)
+def test_a_run_whose_first_redis_time_fails_leaves_its_bucket_without_a_run_for_a_minute(
+    world: World,
+) -> None:
+    timer = world.api.create(schedule={"type": "after", "seconds": 2})
+    sane = world.trigger
+
+    def blip() -> int:
+        raise redis.exceptions.ConnectionError("Connection reset by peer")
+
+    world.deps_for = lambda n: replace(sane, reference=blip) if n == 0 else sane
+    world.run_until(T0 + 12_000)
+    assert len(world.raised) == 1
+    assert T0 + 2_000 in world.lags(timer["id"]), (
+        f"not sent 10 s after its due time: {world.triggers} run(s)"
+    )
+
+
+# ---------------------------------------------------------------- 2. stale fair-queue tags
+
+
+@pytest.fixture
+def index(redis_client: redis.Redis) -> BucketIndex:
+    return BucketIndex(redis_client, bucket_count=1)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="lease.lua's tags keep a tenant's last tag after its queued members left the queue "
+    "by a change: its next member is tagged behind them, after the other tenant's crowd",
+)
+def test_a_tenant_whose_queued_timers_were_deleted_waits_behind_another_tenants_crowd(
+    index: BucketIndex,
+) -> None:
+    """docs/fire-path.md, Fairness: "while no more tenants have work in a bucket than a lease
+    takes, each of them gets a fire in every lease that takes something ... a tenant due after
+    a crowd goes out in the lease after it comes due". Two tenants, leases of 10: acme's burst
+    of 300 (a mistake, deleted) and globex's crowd of 300 are due together and queued; acme
+    deletes its burst; its one real timer, due a second later, waits for all of globex's."""
+    end = T0 + 60_000
+    burst, crowd = many(300, tenant="acme"), many(300, tenant="globex")
+    index.put([*burst, *crowd])
+    first = index.lease(0, T0 + 250, end, 10).cards  # a queue: both tenants tagged 0..299
+    assert {c.timer.tenant for c in first} == {"acme", "globex"}
+    for c in burst:  # acme deletes its burst (DELETE, or a PATCH / pause moving them)
+        if c not in first:
+            index.drop(c.timer.partition, c.member, c.timer.rev + 1)
+
+    lone = card("acme-real", T0 + 1_000, tenant="acme")
+    index.put([lone])
+    leases = 0
+    while leases < 100:
+        leases += 1
+        taken = index.lease(0, T0 + 1_000 + 250, end, 10).cards
+        if lone in taken:
+            break
+    assert leases == 1, f"acme's timer went out in lease {leases}, behind globex's crowd"
+
+
+# ---------------------------------------------------------------- 3. a takeover past the deadline
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a takeover's send instant is the adopting revision's window (card.due_at), which "
+    "the member's kept lease score never waited for: the run sleeps past its deadline",
+)
+def test_a_takeover_of_a_fire_whose_window_grew_sleeps_past_the_runs_timeout(
+    rig: Rig,  # noqa: F811
+) -> None:
+    """A run claims a one-shot and dies (its claim pending); a PATCH window_seconds=900 adopts
+    the owed fire (R5: the card keeps its lease, its revision and window are the change's).
+    Once the claim lapses a run leases the member, takes the claim over - and, its send
+    instant now the 900 s window's aligned instant (up to 300 s on), sleeps until then: far
+    past its 30 s deadline. In Lambda it is killed at its timeout, and so is the next run
+    that takes it over, until the instant comes within a run's life."""
+    api = rig.api
+    timer = api.create(schedule={"type": "after", "seconds": 3_600})
+    partition = rig.stored(timer["id"]).partition
+    grain = 300_000  # window 900 s: the grain of its send instants
+    phase = phase_of(partition, grain)
+    pos = T0 + phase + 1  # just after an aligned instant: the next is ~300 s on
+    while pos < T0 + 10_000:
+        pos += grain
+    moved = api.call("PATCH", f"/v1/timers/{timer['id']}",
+                     body={"schedule": {"type": "at", "at": format_ms(pos)}})  # fmt: skip
+    assert moved.status == 200, moved.body
+    rig.clock.now = pos - 60_000
+    rig.migrate()  # in Redis (the look-ahead)
+    until_armed(rig, pos)
+    with pytest.raises(Kill):
+        rig.run(hooks=kill_at("claimed"))  # claimed, then the run dies
+
+    patched = api.call("PATCH", f"/v1/timers/{timer['id']}", body={"window_seconds": 900})
+    assert patched.status == 200, patched.body
+    assert send_at(pos, 900_000, 0, partition) - pos > 250_000
+
+    rig.clock.advance(LAPSE_MS)  # the claim lapsed, the lease ended
+    started = rig.clock()
+    (report,) = rig.run()
+    assert report.taken_over == 1
+    assert rig.clock() - started <= REMAINING_MS, (
+        f"the run went on {rig.clock() - started} ms: killed at its {REMAINING_MS} ms timeout"
+    )
+
+
+# ---------------------------------------------------------------- 4. claims not handed back
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="_lease_and_claim's _drop/_release raising (a Redis error) ends the run before the "
+    "fresh claims join pending: _hand_back releases nothing of them, they wait ~32 s to lapse",
+)
+def test_a_redis_error_settling_a_stale_card_delays_the_fires_claimed_beside_it_by_a_run(
+    rig: Rig,  # noqa: F811
+) -> None:
+    """Two one-shots due together; one's card is stale (a change fenced its position while
+    Redis missed the change's fast path). The run claims the other, then drops the stale card:
+    Redis fails that one call (a failover's blip). The run hands back what it holds - but the
+    fresh claim it just made is not among it: pending until the run's deadline, it goes out
+    only when a later run takes it over, ~32 s late, though Redis was back at once."""
+    api = rig.api
+    fresh = api.create(schedule={"type": "after", "seconds": 1})
+    stale = api.create(schedule={"type": "after", "seconds": 1})
+    stored = rig.stored(stale["id"])
+    key, name = ref_of(stored, T0 + 1_000)
+    assert rig.log.claim(key, {name: fence(stored.rev + 1)})  # the change's fence (R5)
+
+    settle = rig.index.settle
+    failed: list[bool] = []
+
+    def blip(*args: Any, **kwargs: Any) -> Any:
+        if not failed:
+            failed.append(True)
+            raise redis.exceptions.ConnectionError("Connection reset by peer")
+        return settle(*args, **kwargs)
+
+    rig.index.settle = blip  # type: ignore[method-assign]
+    until_armed(rig, T0 + 1_000)
+    with pytest.raises(redis.exceptions.ConnectionError):
+        rig.run()
+    assert failed and rig.sqs.sent == []
+    while not rig.sqs.sent and rig.clock() < T0 + 60_000:
+        rig.clock.advance(100)
+        rig.run()
+    (sent,) = rig.sqs.sent
+    assert sent.fire_id == f"{fresh['id']}:{T0 + 1_000}"
+    assert sent.at - sent.scheduled <= 2_000, f"sent {sent.at - sent.scheduled} ms late"
+
+
+# ---------------------------------------------------------------- 5. a bound PATCH drops fires
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core.timer.patch restarts a recurring series after now on a bound change: due "
+    "occurrences still waiting for their window's send instant are skipped, never sent",
+)
+def test_a_patch_of_max_fires_drops_the_windowed_fires_due_and_waiting_for_their_instant(
+    rig: Rig,  # noqa: F811
+) -> None:
+    """Every 60 s with a 900 s window: each fire goes out at its partition's next aligned
+    instant (grain 300 s), up to ~5 minutes after its due time - within its window. Two and a
+    half minutes in, three fires are due and waiting; the tenant raises max_fires. Those three
+    (due before the change, within their windows) must still go; they never do."""
+    api = rig.api
+    partition = partition_for("acme", "any", 1)  # windowed timers: the tenant's home partition
+    grain = 300_000
+    aligned = T0 + phase_of(partition, grain)
+    while aligned < T0 + 10_000:
+        aligned += grain
+    first = aligned + 1_000  # its send instant is the next aligned one, ~300 s on
+    timer = api.create(schedule={"type": "every", "seconds": 60}, window_seconds=900,
+                       start_at=format_ms(first))  # fmt: skip
+    stored = rig.stored(timer["id"])
+    assert stored.partition == partition and stored.grain_ms == grain
+    instant = send_at(first, 900_000, grain, partition)
+    assert instant == aligned + grain
+    waiting = [first, first + 60_000, first + 120_000]
+    assert all(send_at(d, 900_000, grain, partition) == instant for d in waiting)
+
+    rig.clock.now = first + 150_000  # three fires due, waiting for the instant (in windows)
+    rig.migrate()
+    assert rig.run() == []  # nothing to send before the instant
+    patched = api.call("PATCH", f"/v1/timers/{timer['id']}", body={"max_fires": 1_000})
+    assert patched.status == 200, patched.body
+
+    rig.clock.now = instant - 200
+    for _ in range(40):
+        rig.migrate()
+        rig.run_until_idle()
+        rig.clock.advance(10_000)
+    sent = sorted({s.scheduled for s in rig.sqs.sent})
+    assert all(s.at <= s.scheduled + 900_000 for s in rig.sqs.sent)
+    assert set(waiting) <= set(sent), f"never sent: {sorted(set(waiting) - set(sent))}"
+
+
+# ---------------------------------------------------------------- 6. two records, one reserved
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a send reserves one record's time (SEND_RESERVE_MS), but an item's fires are "
+    "recorded CHUNK a write in turn: the second finds no time, its fires are sent again",
+)
+def test_a_hundred_fires_of_one_claim_item_need_two_records_and_a_send_reserves_one(
+    rig: Rig,  # noqa: F811
+) -> None:
+    """100 windowed one-shots of a tenant meet at one aligned instant: one run, one claim item
+    (the window's point), one lane of ten SendMessageBatch calls. SQS is slow (0.95 s a batch,
+    the last 8.5 s - within SQS_CALL_MS, 9 s) and the first record takes 3 s (RECORD_CALL_MS
+    is 8.5 s). Every send attempt started with more than SEND_RESERVE_MS left, as designed;
+    but 100 entries are two record writes, and the second no longer fits: its 50 fires stay
+    pending, lapse, and are taken over and sent again by the next run."""
+    (probe,) = windowed(rig, [T0 + 40_000], 1)  # a 1 s window: grain 0.5 s, phase 0
+    rig.api.call("DELETE", f"/v1/timers/{probe['id']}")
+    instant = T0 + 40_000  # aligned (a whole second)
+    made = windowed(rig, [instant] * 50, 1) + windowed(rig, [instant] * 50, 1)
+    assert len({ref_of(rig.stored(t["id"]), instant)[0] for t in made}) == 1  # one claim item
+
+    delays = iter([950] * 9 + [8_500])  # the lane's ten batches
+    rig.sqs.delay_ms = 0
+    send = rig.sqs.send_message_batch
+    began: list[int] = []
+
+    def slow_send(*, QueueUrl: str, Entries: Any) -> Any:
+        began.append(run_end - rig.clock())
+        answer = send(QueueUrl=QueueUrl, Entries=Entries)
+        rig.clock.advance(next(delays, 0))
+        return answer
+
+    rig.sqs.send_message_batch = slow_send  # type: ignore[method-assign]
+    record = rig.log.record
+    records: list[int] = []
+
+    def slow_record(key: str, owner: str, entries: Any, release: bool = False) -> Any:
+        records.append(len(entries))
+        if len(records) == 1:
+            rig.clock.advance(3_000)
+        return record(key, owner, entries, release)
+
+    rig.log.record = slow_record  # type: ignore[method-assign]
+    until_armed(rig, instant)
+    run_end = rig.clock() + REMAINING_MS
+    (report,) = rig.run(pace=Pace())
+    assert report.enqueued == 100 and len(began) == 10
+    assert min(began) > SEND_RESERVE_MS  # every attempt started as the guard allows
+    unrecorded = report.unrecorded
+    rig.sqs.send_message_batch = send  # type: ignore[method-assign]
+    rig.log.record = record  # type: ignore[method-assign]
+    rig.clock.advance(LAPSE_MS)
+    rig.run_until_idle()
+    drain_usage()
+    twice = {f for f, n in rig.per_fire().items() if n > 1}
+    assert not twice, (
+        f"{len(twice)} fires sent twice ({unrecorded} left unrecorded; records: {records})"
+    )
