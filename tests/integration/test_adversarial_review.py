@@ -207,11 +207,6 @@ def index(redis_client: redis.Redis) -> BucketIndex:
     return BucketIndex(redis_client, bucket_count=1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="lease.lua's tags keep a tenant's last tag after its queued members left the queue "
-    "by a change: its next member is tagged behind them, after the other tenant's crowd",
-)
 def test_a_tenant_whose_queued_timers_were_deleted_waits_behind_another_tenants_crowd(
     index: BucketIndex,
 ) -> None:

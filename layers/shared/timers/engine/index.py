@@ -252,7 +252,7 @@ class BucketIndex:
         """Lease up to ``limit`` members leasable by ``until``, fairly across tenants (see
         lua/lease.lua), each leasable again from ``lease_end`` unless settled first."""
         args = [until, lease_end, limit, scan or 4 * max(1, limit), admit]
-        call_keys = [*self._keys(bucket), keys.tags(bucket)]
+        call_keys = [*self._keys(bucket), keys.tags(bucket), keys.tails(bucket)]
         members, cards, first = self._eval("lease", [(call_keys, args)])[0]
         return Leased(
             [Card.decode(_text(m), _text(c)) for m, c in zip(members, cards, strict=True)],
