@@ -202,12 +202,19 @@ class BucketIndex:
     def put(self, cards: Iterable[Card], keep_lease: bool = False) -> int:
         """Store each card where it is newer than what the bucket holds (a later revision, or a
         later position of the same one), leasable from its ``due_at`` - or, ``keep_lease``,
-        from the score a stored member has (a change adopted by a claimed fire). Returns how
-        many."""
+        from the score a stored member has (a change adopted by a claimed fire), never before
+        its ``due_at`` (a run taking the claim over then can wait for its send instant).
+        Returns how many."""
         rows = [
             (
                 c.timer.partition,
-                [c.member, c.timer.rev, c.pos, c.encode(), "" if keep_lease else c.due_at],
+                [
+                    c.member,
+                    c.timer.rev,
+                    c.pos,
+                    c.encode(),
+                    f"k{c.due_at}" if keep_lease else c.due_at,
+                ],
             )
             for c in cards
         ]
