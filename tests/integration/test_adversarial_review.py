@@ -52,6 +52,7 @@ from timers.engine.fanout import POLL_MS, Fanout
 from timers.engine.index import BucketIndex
 from timers.engine.migrate import run_migrator
 from timers.engine.trigger import (
+    ARM_MS,
     SEND_RESERVE_MS,
     Pace,
     RunMarker,
@@ -183,11 +184,6 @@ def index(redis_client: redis.Redis) -> BucketIndex:
     return BucketIndex(redis_client, bucket_count=1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="lease.lua's tags keep a tenant's last tag after its queued members left the queue "
-    "by a change: its next member is tagged behind them, after the other tenant's crowd",
-)
 def test_a_tenant_whose_queued_timers_were_deleted_waits_behind_another_tenants_crowd(
     index: BucketIndex,
 ) -> None:
@@ -219,11 +215,6 @@ def test_a_tenant_whose_queued_timers_were_deleted_waits_behind_another_tenants_
 # ---------------------------------------------------------------- 3. a takeover past the deadline
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a takeover's send instant is the adopting revision's window (card.due_at), which "
-    "the member's kept lease score never waited for: the run sleeps past its deadline",
-)
 def test_a_takeover_of_a_fire_whose_window_grew_sleeps_past_the_runs_timeout(
     rig: Rig,  # noqa: F811
 ) -> None:
@@ -255,12 +246,73 @@ def test_a_takeover_of_a_fire_whose_window_grew_sleeps_past_the_runs_timeout(
     assert send_at(pos, 900_000, 0, partition) - pos > 250_000
 
     rig.clock.advance(LAPSE_MS)  # the claim lapsed, the lease ended
+    # (fixed: the kept lease is raised to the card's send instant, so the member is leased - and
+    # the lapsed claim taken over - only once that instant is within the run's reach; runs are
+    # started every second, as the fan-out would, until the owed fire is sent)
+    _taken_over_once_within_each_runs_timeout(rig, timer["id"], pos, partition)
+
+
+def test_a_card_leased_before_its_send_instant_goes_back_to_it_unclaimed(
+    rig: Rig,  # noqa: F811
+) -> None:
+    """The trigger's own guard for finding 3: the same owed fire, its member's score lowered
+    below the card's send instant after the change (as the hand-back of a run holding the card
+    before the change writes: the old card's send instant). The run that leases it early
+    claims nothing and puts it back at its send instant; the run then takes the claim over."""
+    api = rig.api
+    timer = api.create(schedule={"type": "after", "seconds": 3_600})
+    partition = rig.stored(timer["id"]).partition
+    grain = 300_000
+    pos = T0 + phase_of(partition, grain) + 1
+    while pos < T0 + 10_000:
+        pos += grain
+    moved = api.call("PATCH", f"/v1/timers/{timer['id']}",
+                     body={"schedule": {"type": "at", "at": format_ms(pos)}})  # fmt: skip
+    assert moved.status == 200, moved.body
+    rig.clock.now = pos - 60_000
+    rig.migrate()
+    until_armed(rig, pos)
+    with pytest.raises(Kill):
+        rig.run(hooks=kill_at("claimed"))
+    patched = api.call("PATCH", f"/v1/timers/{timer['id']}", body={"window_seconds": 900})
+    assert patched.status == 200, patched.body
+    bucket = rig.index.bucket_of(partition)
+    (member,) = [m for m in rig.index.cards(bucket) if m.endswith(f"|{timer['id']}")]
+    rig.index.client.zadd(keys.due(bucket), {member: pos})  # the old card's send instant
+
+    rig.clock.advance(LAPSE_MS)
     started = rig.clock()
     (report,) = rig.run()
-    assert report.taken_over == 1
-    assert rig.clock() - started <= REMAINING_MS, (
-        f"the run went on {rig.clock() - started} ms: killed at its {REMAINING_MS} ms timeout"
-    )
+    assert (report.early, report.taken_over, rig.sqs.sent) == (1, 0, [])
+    assert rig.clock() - started <= ARM_MS
+    instant = send_at(pos, 900_000, 0, partition)
+    assert rig.index.cards(bucket)[member][0] == instant  # back at its send instant
+    _taken_over_once_within_each_runs_timeout(rig, timer["id"], pos, partition)
+
+
+def _taken_over_once_within_each_runs_timeout(
+    rig: Rig,  # noqa: F811
+    timer_id: str,
+    pos: int,
+    partition: int,
+) -> None:
+    """A run every second until the owed fire is sent: each ends within its timeout, the claim
+    is taken over once, and the fire goes once, within its window and not before its instant."""
+    instant = send_at(pos, 900_000, 0, partition)
+    reports = []
+    while not rig.sqs.sent and rig.clock() < instant + 60_000:
+        started = rig.clock()
+        for report in rig.run():
+            reports.append(report)
+            assert rig.clock() - started <= REMAINING_MS, (
+                f"the run went on {rig.clock() - started} ms: killed at its {REMAINING_MS} ms "
+                "timeout"
+            )
+        rig.clock.advance(1_000)
+    assert sum(r.taken_over for r in reports) == 1
+    (sent,) = rig.sqs.sent
+    assert sent.fire_id == f"{timer_id}:{pos}"
+    assert instant <= sent.at <= pos + 900_000
 
 
 # ---------------------------------------------------------------- 4. claims not handed back

@@ -912,7 +912,7 @@ def test_a_fire_costs_a_few_redis_commands_and_a_call_bounded_work(
     index.settle(1, [(warm, None, 1)])
     settle = Counter(evalsha=1, hmget=1, hset=1, zadd=1, zrangebyscore=1)
     lease_once = Counter(evalsha=1, hmget=1, zadd=1)  # the cards read, their leases written
-    fresh_queue = Counter({"zrangebyscore": 4, "zmscore": 1, "zadd": 2, "del": 1})
+    fresh_queue = Counter({"zrangebyscore": 4, "zmscore": 1, "zadd": 2, "del": 1, "hset": 1})
     steps = [  # (limit, leased, what it meets, the commands of its look, queue and head)
         (100, 100, "all 300 in view: round-robin", Counter(zrangebyscore=3)),
         (1, 1, "a crowd behind the look: queued", fresh_queue),

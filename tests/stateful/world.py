@@ -363,7 +363,7 @@ def spy_on_leases(index: BucketIndex, observing: Callable[[], Any], unfair: list
 
 def bucket_keys(bucket: int) -> tuple[str, ...]:
     """A bucket's keys (all but its run markers): what a shard that lost its data lacks."""
-    return keys.due(bucket), keys.data(bucket), keys.tags(bucket)
+    return keys.due(bucket), keys.data(bucket), keys.tags(bucket), keys.tails(bucket)
 
 
 def _text(value: Any) -> str:

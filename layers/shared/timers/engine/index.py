@@ -202,12 +202,19 @@ class BucketIndex:
     def put(self, cards: Iterable[Card], keep_lease: bool = False) -> int:
         """Store each card where it is newer than what the bucket holds (a later revision, or a
         later position of the same one), leasable from its ``due_at`` - or, ``keep_lease``,
-        from the score a stored member has (a change adopted by a claimed fire). Returns how
-        many."""
+        from the score a stored member has (a change adopted by a claimed fire), never before
+        its ``due_at`` (a run taking the claim over then can wait for its send instant).
+        Returns how many."""
         rows = [
             (
                 c.timer.partition,
-                [c.member, c.timer.rev, c.pos, c.encode(), "" if keep_lease else c.due_at],
+                [
+                    c.member,
+                    c.timer.rev,
+                    c.pos,
+                    c.encode(),
+                    f"k{c.due_at}" if keep_lease else c.due_at,
+                ],
             )
             for c in cards
         ]
@@ -252,7 +259,7 @@ class BucketIndex:
         """Lease up to ``limit`` members leasable by ``until``, fairly across tenants (see
         lua/lease.lua), each leasable again from ``lease_end`` unless settled first."""
         args = [until, lease_end, limit, scan or 4 * max(1, limit), admit]
-        call_keys = [*self._keys(bucket), keys.tags(bucket)]
+        call_keys = [*self._keys(bucket), keys.tags(bucket), keys.tails(bucket)]
         members, cards, first = self._eval("lease", [(call_keys, args)])[0]
         return Leased(
             [Card.decode(_text(m), _text(c)) for m, c in zip(members, cards, strict=True)],

@@ -32,6 +32,12 @@ def tags(bucket: int) -> str:
     return f"{PREFIX}:{{b{bucket}}}:tags"
 
 
+def tails(bucket: int) -> str:
+    """hash: tenant -> its member queued at its last tag (``tags``), while the fair queue lives:
+    a tenant whose tail left the queue by a change re-enters at the queue's head."""
+    return f"{PREFIX}:{{b{bucket}}}:tails"
+
+
 def run(bucket: int, slot: int) -> str:
     """string: a trigger run of the bucket is queued or going in this slot (its token)."""
     return f"{PREFIX}:{{b{bucket}}}:run:{slot}"

@@ -180,6 +180,7 @@ class TriggerReport:
     enqueued: int = 0
     failed: int = 0
     handed_back: int = 0  # leased or claimed, then given back (deadline)
+    early: int = 0  # leased before their send instant (an older card's score): back until then
     taken_over: int = 0  # lapsed claims of dead runs: maybe sent once already
     refused: int = 0  # not sent: the clock could not be trusted
     ambiguous: int = 0  # send attempts that timed out after the request went
@@ -717,8 +718,17 @@ class Run:
         """A card of an active timer is *fresh* and decided now (the misfire policy); any other
         only takes over, waits for or acknowledges a claim. A card overdue by more than half the
         retention is checked against DynamoDB: the fence that stops a stale card (a change whose
-        Redis update failed) expires with its fire-log item."""
+        Redis update failed) expires with its fire-log item. A card whose send instant is not
+        within ARM_MS (leased early: a score written for an older card of its timer, such as a
+        lease kept by a change that widened the window, or a hand-back of the card before it)
+        goes back to its send instant unclaimed: no run waits for an instant past its reach,
+        and the run leasing it then claims or takes it over and sends it."""
         now = self.sync.now()
+        early = {c: c.due_at for c in cards if c.due_at > now + ARM_MS}
+        if early:
+            self.report.early += len(early)
+            self._release(early)
+            cards = [c for c in cards if c not in early]
         old = {c.member for c in cards if c.pos < now - self.deps.retention_ms // 2}
         if old and not self._affords(DYNAMO_CALL_MS):  # no time to read them: back as they are
             self._release({c: c.due_at for c in cards if c.member in old})

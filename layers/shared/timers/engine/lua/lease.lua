@@ -1,7 +1,7 @@
 -- Lease what may be leased by `until`: members due, and members whose lease ended (their run
 -- is gone). A lease is a later score: the member stays in `due`, leasable again at `lease_end`
 -- unless its run settles it first. A member without a card is dropped (nothing to fire).
--- KEYS: due, data, tags. ARGV: until, lease_end, limit, scan (the look), admit.
+-- KEYS: due, data, tags, tails. ARGV: until, lease_end, limit, scan (the look), admit.
 -- Returns {members, their cards, the earliest score left or -1}.
 --
 -- Fair across tenants whatever the sizes and names (docs/fire-path.md, "Fairness"). While
@@ -11,8 +11,11 @@
 -- re-scored to its tag S = max(V, the tenant's last tag + 1), V being the queue head's tag;
 -- queued scores (below TIMED) come before every time, so the lease takes the lowest tags:
 -- one member of each tenant with work per round, however many another tenant queued first.
--- The tenants' last tags (`tags`) live as long as the queue.
-local due, data, tags = KEYS[1], KEYS[2], KEYS[3]
+-- The tenants' last tags (`tags`) and the members queued at them (`tails`) live as long as
+-- the queue. A tenant whose last queued member left the queue by a change (a delete, a PATCH,
+-- a pause: it is no longer at its tag) re-enters at V, as a newcomer: it never waits behind
+-- members it no longer has.
+local due, data, tags, tails = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local upto, lease_end, limit = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local TIMED = 1000000000000  -- scores from here on are times (epoch ms); below: queue tags
 
@@ -59,28 +62,49 @@ local function fair_lease(v, queue)
       local tenant = tenant_of(m)
       if not last[tenant] then last[tenant] = -1; names[#names + 1] = tenant end
     end
+    -- a last tag ahead of the head counts only while the tenant's member is still queued at
+    -- it (a leased one's tag is never ahead of the head: leases take the lowest tags)
+    local owners = {}
     for i, s in ipairs(redis.call('ZMSCORE', tags, unpack(names))) do
-      if s then last[names[i]] = tonumber(s) end
+      if s then
+        last[names[i]] = tonumber(s)
+        if tonumber(s) > v then owners[#owners + 1] = names[i] end
+      end
     end
-    local rescored, lasts = {}, {}
+    if #owners > 0 then
+      local ahead, whose = {}, {}
+      for i, m in ipairs(redis.call('HMGET', tails, unpack(owners))) do
+        if m then ahead[#ahead + 1] = m; whose[#whose + 1] = owners[i] end
+      end
+      if #ahead > 0 then
+        for i, s in ipairs(redis.call('ZMSCORE', due, unpack(ahead))) do
+          if not s or tonumber(s) ~= last[whose[i]] + 1 then last[whose[i]] = -1 end
+        end
+      end
+    end
+    local rescored, lasts, tailed, tail = {}, {}, {}, {}
     for _, m in ipairs(arrivals) do
       local tenant = tenant_of(m)
       local tag = math.max(v, last[tenant] + 1)
       last[tenant] = tag
+      tail[tenant] = m
       rescored[#rescored + 1] = tag + 1  -- scores from 1
       rescored[#rescored + 1] = m
     end
     for _, tenant in ipairs(names) do
       lasts[#lasts + 1] = last[tenant]
       lasts[#lasts + 1] = tenant
+      tailed[#tailed + 1] = tenant
+      tailed[#tailed + 1] = tail[tenant]
     end
     bulk('ZADD', due, rescored)
     bulk('ZADD', tags, lasts)
+    bulk('HSET', tails, tailed)
     queue = redis.call('ZRANGEBYSCORE', due, '-inf', '(' .. TIMED, 'WITHSCORES', 'LIMIT', 0, limit + 1)
   end
   local taken, next_tag = first_of(queue)
   if next_tag then return taken, next_tag end
-  redis.call('DEL', tags)  -- the queue empties with this lease: the next one starts afresh
+  redis.call('DEL', tags, tails)  -- the queue empties with this lease: the next starts afresh
   return taken, nil
 end
 
@@ -97,7 +121,7 @@ else
   if #candidates < 2 * window then
     taken = round_robin(candidates)  -- everything leasable is in view
   else  -- more may be hidden behind these: queue them fairly, in a new queue
-    redis.call('DEL', tags)  -- (tags left by a queue that changes emptied are stale)
+    redis.call('DEL', tags, tails)  -- (tags left by a queue that changes emptied are stale)
     taken, first = fair_lease(0, {})
   end
 end
