@@ -321,8 +321,9 @@ def test_cli_failed_prints_a_table_or_json_with_the_window(
         "status": "failed", "since": "2026-11-21T00:00:00Z", "limit": "50"
     }  # fmt: skip
     header, row = capsys.readouterr().out.splitlines()
-    assert header.split() == ["FAILED", "AT", "FIRE", "ID", "REASON", "LAST", "STATUS"]
-    assert row.split() == ["2026-11-21T10:00:02.000Z", "tmr_1:1795255201000", "http", "400", "400"]
+    assert header == "FAILED AT                 FIRE ID              ATTEMPTS  LAST STATUS  REASON"
+    assert row.split() == ["2026-11-21T10:00:02.000Z", "tmr_1:1795255201000",
+                           str(FAILED["attempts"]), "400", "http", "400"]  # fmt: skip
     code, _ = run_cli(monkeypatch, handler, "failed", "--until", "2026-11-22T00:00:00Z", "--json")
     assert code == 0
     assert json.loads(capsys.readouterr().out) == {"items": [FAILED]}
