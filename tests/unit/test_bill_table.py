@@ -42,4 +42,4 @@ def test_the_crossover_is_the_first_month_cheaper_than_eventbridge_scheduler() -
     assert bill_table.month(COST, curve, at / 1.05) >= at / 1.05 / 1e6 * 1.40
     dear = {**COST, "usd_per_million_fires": dict.fromkeys(COST["usd_per_million_fires"], 2.0)}
     assert bill_table.crossover(dear, bill_table.Curve.of(dear, 0)) is None  # never below $1.40
-    assert "not up to 100 fires/s" in bill_table.crossovers(dear)
+    assert "on the dot: never" in bill_table.crossovers(dear)
