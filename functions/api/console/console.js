@@ -554,7 +554,15 @@ async function createTimer(event) {
 
 // ------------------------------------------------------------------ one timer
 
-const page = { id: null, timer: null, fires: [], cursor: null, pagedBeyondFirst: false, poll: null };
+const page = {
+  id: null,
+  timer: null,
+  fires: [],
+  cursor: null,
+  pagedBeyondFirst: false,
+  poll: null,
+  refreshing: null,
+};
 
 function stopPolling() {
   clearInterval(page.poll);
@@ -575,7 +583,13 @@ async function openTimer(id) {
   if (page.id === id && !page.poll) page.poll = setInterval(refreshTimer, POLL_MS); // still here
 }
 
-async function refreshTimer() {
+function refreshTimer() {
+  // kept, so a delete can wait for a read in flight (it would meet a 404 after the delete)
+  page.refreshing = fetchTimer();
+  return page.refreshing;
+}
+
+async function fetchTimer() {
   const id = page.id;
   if (!id) return;
   try {
@@ -860,14 +874,16 @@ function confirmDelete() {
 async function onConfirmClosed() {
   if ($("confirm-dialog").returnValue !== "ok") return;
   const id = page.id;
+  stopPolling(); // and the read in flight ends first: none meets the deleted timer
+  await page.refreshing;
   try {
     await api("DELETE", `timers/${segment(id)}`);
-    stopPolling();
     list.timers = list.timers.filter((t) => t.id !== id);
     notice(`Deleted ${id}`);
     location.hash = "#/";
   } catch (error) {
     showError($("timer-error"), error);
+    if (page.id === id && !page.poll) page.poll = setInterval(refreshTimer, POLL_MS);
   }
 }
 
