@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import subprocess
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -479,6 +480,9 @@ def test_a_killed_stacks_children_are_named_only_while_they_run_the_same_program
     state.record_children(me, {me: "python"})  # its stack still runs: nothing left over
     assert state.leftovers() == {}
     other = subprocess.Popen(["sleep", "30"])
+    started = time.monotonic()  # its command line names sleep once its exec is done
+    while not state._runs(other.pid, "sleep") and time.monotonic() - started < 5:
+        time.sleep(0.01)
     try:  # recorded higher pid first (children start side by side): the line names them by pid
         first, second = sorted([(me, "python"), (other.pid, "sleep")], reverse=True)
         state.record_children(dead_stack, dict([first, second]))
