@@ -21,9 +21,10 @@ first - so the migrator still runs every minute, and ``lambda.fanout`` is still 
 minute - and dense polling resumes near each fire. The window then subtracts each minute's
 idle scheduled work and, for each poll it made, the idle cost of a poll: the idle polling a
 real deployment does every POLL_MS is neither counted nor over-subtracted. The daily scenario
-runs 2 days of minutes (~2,900 migrator runs) this way. Lambda durations are stated (moto is
-not DynamoDB), see
-ASSUMPTIONS.
+runs 2 days of minutes (~2,900 migrator runs) this way. Lambda durations: the CPU each
+function measured on the local stack (``bench.durations``) plus each of its counted calls at
+AWS's stated latency (``AWS_LATENCY_MS``); a function not measured yet keeps its stated wall
+time (ASSUMPTIONS).
 """
 
 from __future__ import annotations
@@ -179,18 +180,58 @@ def emf_metrics(idle: bool = False) -> dict[str, list[str]]:
 
 FUNCTIONS = ("api", "trigger", "delivery")  # invoked per fire or create (the rest: per minute)
 
+AWS_LATENCY_MS = {"dynamodb": 5.0, "sqs": 10.0, "redis": 0.5}
+"""Stated: one request's round trip inside a region (DynamoDB's single-digit milliseconds, an
+SQS send, an ElastiCache command in the VPC). A function waits for each call the cost stack
+counts as its own (``calls.<function>.<service>``), one after another: an upper bound, as
+the trigger's record writes run in parallel."""
+
+MEASURED = {  # bench.durations' keys: each function's CPU per warm invocation (p50)
+    "api_ms": ("ApiFunction", "cpu_ms"),
+    "delivery_base_ms": ("DeliveryFunction", "cpu_ms"),
+}
+
+
+def durations() -> dict[str, Any]:
+    """What a function is billed for besides its waits: the CPU ``bench.durations`` measured
+    (every label together) where it measured that function - the trigger's as a fit, per run
+    and per fire - else the stated wall time of ASSUMPTIONS (waits included, none added)."""
+    measured = last_results("durations").get("all", {})
+    stated = ("trigger_base_ms", "trigger_per_fire_ms", "api_ms", "delivery_base_ms")
+    out: dict[str, Any] = {k: ASSUMPTIONS[k] for k in stated} | {"measured": []}
+    fit = measured.get("TriggerFunction", {}).get("cpu_ms_fit")
+    if fit:
+        out |= {"trigger_base_ms": fit["per_run"], "trigger_per_fire_ms": fit["per_fire"]}
+        out["measured"].append("trigger")
+    for key, (function, field) in MEASURED.items():
+        p50 = measured.get(function, {}).get(field, {}).get("p50")
+        if p50 is not None:
+            out[key] = p50
+            out["measured"].append(key.split("_")[0])
+    return out
+
+
+def waits_ms(per: dict[str, float], function: str, d: dict[str, Any]) -> float:
+    """A function's calls at AWS's latency, where its CPU was measured (a stated figure
+    already holds its waits)."""
+    if function not in d["measured"]:
+        return 0.0
+    return sum(per.get(f"calls.{function}.{s}", 0) * ms for s, ms in AWS_LATENCY_MS.items())
+
 
 def fire_dollars(per: dict[str, float], mem: dict[str, float]) -> dict[str, float]:
     """US$ per million fires, by line item."""
-    a = ASSUMPTIONS
+    a, d = ASSUMPTIONS, durations()
     runs, api = per.get("lambda.trigger", 0), per.get("lambda.api", 0)
     delivery, empty = per.get("lambda.delivery", 0), per.get("lambda.trigger.empty", 0)
     trigger_s = (
-        runs * a["trigger_base_ms"] + (runs - empty) * a["trigger_wait_ms"]
-        + a["trigger_per_fire_ms"]
+        runs * d["trigger_base_ms"] + (runs - empty) * a["trigger_wait_ms"]
+        + d["trigger_per_fire_ms"] + waits_ms(per, "trigger", d)
     ) / 1000  # fmt: skip
-    api_s = (api * a["api_ms"] + per.get("creates", 0) * a["api_per_timer_ms"]) / 1000
-    delivery_s = delivery * (a["delivery_base_ms"] + a["delivery_post_wait_ms"]) / 1000
+    api_s = (api * d["api_ms"] + per.get("creates", 0) * a["api_per_timer_ms"]
+             + waits_ms(per, "api", d)) / 1000  # fmt: skip
+    delivery_s = (delivery * (d["delivery_base_ms"] + a["delivery_post_wait_ms"])
+                  + waits_ms(per, "delivery", d)) / 1000  # fmt: skip
     gb_s = trigger_s * mem["trigger"] + api_s * mem["api"] + delivery_s * mem["delivery"]
     init_gb_s = sum(per.get(f"lambda.cold.{f}", 0) * a["init_ms"][f] / 1000 * mem[f]
                     for f in FUNCTIONS)  # fmt: skip
@@ -431,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         "prices": PRICES,
         "prices_as_of": PRICES_AS_OF,
         "assumptions": ASSUMPTIONS,
+        "durations_billed": {**durations(), "aws_latency_ms": AWS_LATENCY_MS},
         "memory_gb": mem,
         "lease_limit": LEASE_LIMIT,
         "quick": short,

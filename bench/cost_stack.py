@@ -307,15 +307,20 @@ class Stack:
             self.meter.add(f"lambda.cold.{name}", cold)
         return LambdaContext(function_name=name, timeout_s=timeout_s)
 
-    @staticmethod
-    def _handle(module: Any, event: Any, context: LambdaContext) -> Any:
-        """Run one function's handler. The functions share one powertools logger in this
-        process; keys a handler appends (the api's tenant and correlation id) are removed after
-        it, as a separate Lambda function's lines would never carry them."""
+    def _handle(self, module: Any, event: Any, context: LambdaContext) -> Any:
+        """Run one function's handler, its AWS calls and Redis round trips counted as its own
+        (``calls.<function>.<service>``: the waits the cost model bills at AWS's latency). The
+        functions share one powertools logger in this process; keys a handler appends (the
+        api's tenant and correlation id) are removed after it, as a separate Lambda function's
+        lines would never carry them."""
         keys = set(module.logger.get_current_keys())
+        name, trips = context.function_name, CountingConnection.round_trips
+        self.meter.scope = name
         try:
             return module.handler(event, context)
         finally:
+            self.meter.scope = None
+            self.meter.add(f"calls.{name}.redis", CountingConnection.round_trips - trips)
             module.logger.remove_keys(
                 [k for k in module.logger.get_current_keys() if k not in keys]
             )

@@ -11,7 +11,9 @@ enqueued) and apart for the runs that enqueued nothing.
 Wall time here is not AWS's: moto answers DynamoDB and SQS calls slower than AWS, and two cores
 are shared by every process. CPU is the function's own work. An estimate of the billed
 duration on AWS is therefore CPU + the trigger's armed wait + its calls at AWS's latency,
-which is what ``bench.cost``'s stated figures claim; this report says where they stand.
+which is what ``bench.cost`` bills: the CPU measured here (``all``: every label's invocations
+together; the trigger's as a fit per run and per fire) plus each call the cost stack counts at
+AWS's stated latency.
 """
 
 from __future__ import annotations
@@ -83,7 +85,19 @@ def function_summary(name: str, invocations: list[dict[str, Any]]) -> dict[str, 
         if fires:
             out["duration_ms_per_fire"] = round(sum(r["ms"] for r in invocations) / fires, 1)
             out["cpu_ms_per_fire"] = round(sum(r["cpu_ms"] for r in invocations) / fires, 2)
+        out["cpu_ms_fit"] = cpu_fit([r for r in sending if r["init_ms"] is None])
     return out
+
+
+def cpu_fit(runs: list[dict[str, Any]]) -> dict[str, float] | None:
+    """A warm sending run's CPU as ``per_run + per_fire * fires`` (least squares): what the
+    cost model bills a run and each of its fires, cold starts left out (INIT is billed apart)."""
+    if len({r["enqueued"] for r in runs}) < 2:
+        return None
+    xs, ys = [float(r["enqueued"]) for r in runs], [r["cpu_ms"] for r in runs]
+    slope, intercept = statistics.linear_regression(xs, ys)
+    return {"per_run": round(max(0.0, intercept), 1), "per_fire": round(max(0.0, slope), 3),
+            "runs": len(runs)}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,12 +105,17 @@ def main(argv: list[str] | None = None) -> int:
         p.name for p in LOGS.iterdir() if p.is_dir()
     )
     section: dict[str, Any] = {}
+    pooled: dict[str, list[dict[str, Any]]] = {f: [] for f in FUNCTIONS}
     for label in labels:
         folder = LOGS / label
         logs = {f: folder / f"{f}.log" for f in FUNCTIONS}
         found = {f: reports(log) for f, log in logs.items() if log.exists()}
         section[label] = {f: function_summary(f, rs) for f, rs in found.items() if rs}
-        for name, summary in section[label].items():
+        for f, rs in found.items():
+            pooled[f] += rs
+    section["all"] = {f: function_summary(f, rs) for f, rs in pooled.items() if rs}
+    for label, functions in section.items():
+        for name, summary in functions.items():
             progress(f"durations {label} {name}: {json.dumps(summary)}")
     section["rerun"] = "python -m bench.e2e fresh && python -m bench.durations"
     path = write_results("durations", section)

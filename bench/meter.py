@@ -31,6 +31,9 @@ import redis
 
 from ops import template
 
+CALLS = ("dynamodb.calls.", "sqs.calls.")
+"""Counted keys that are one request to AWS each (a function waits for its answer)."""
+
 
 class Meter:
     """Every counted unit in one Counter: a scenario's cost is the difference of snapshots."""
@@ -38,10 +41,14 @@ class Meter:
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
+        self.scope: str | None = None  # the function whose handler runs (one at a time)
 
     def add(self, key: str, amount: float = 1) -> None:
         with self._lock:
             self.counts[key] += amount  # type: ignore[assignment]
+            if self.scope and key.startswith(CALLS):  # its share: billed as waits on AWS
+                share = f"calls.{self.scope}.{key.split('.')[0]}"
+                self.counts[share] += amount  # type: ignore[assignment]
 
     def snapshot(self) -> dict[str, float]:
         with self._lock:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from bench.cost import emf_metrics, fire_dollars, memory_gb, merged
+import pytest
+
+from bench import cost
+from bench.cost import ASSUMPTIONS, PRICES, emf_metrics, fire_dollars, memory_gb, merged
 from bench.cost_stack import SANDBOX_IDLE_MS, IdleModel, Sandboxes, Window
+from bench.durations import cpu_fit
+from bench.meter import Meter
 from bench.report import targets_table
 
 
@@ -91,3 +96,49 @@ def test_a_partial_run_replaces_its_scenarios_and_keeps_the_others() -> None:
     assert whole["checks"]["every_fire_delivered"] is False  # failed in either: failed
     assert whole["checks"]["duplicates"] == 3  # never hidden
     assert set(whole["checks"]["idle_model_residual_30_sparse_minutes"]) == {"a", "b"}
+
+
+def test_a_measured_trigger_is_billed_its_cpu_and_each_of_its_calls_at_aws_latency(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fit = {"per_run": 30.0, "per_fire": 2.0, "runs": 9}
+    monkeypatch.setattr(
+        cost, "last_results", lambda _: {"all": {"TriggerFunction": {"cpu_ms_fit": fit}}}
+    )
+    per = {"lambda.trigger": 1.0, "calls.trigger.dynamodb": 2.0, "calls.trigger.sqs": 1.0,
+           "calls.trigger.redis": 4.0, "calls.migrator.dynamodb": 100.0}  # fmt: skip
+    mem = memory_gb()
+    billed_ms = 30 + ASSUMPTIONS["trigger_wait_ms"] + 2 + 2 * 5 + 1 * 10 + 4 * 0.5
+    expected = billed_ms / 1000 * mem["trigger"] * PRICES["lambda_gb_second_arm64"]["usd"]
+    assert fire_dollars(per, mem)["lambda_duration"] == round(expected * 1e6, 4)
+
+
+def test_a_function_not_measured_keeps_its_stated_wall_time_and_no_waits_are_added(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cost, "last_results", lambda _: {})
+    per = {"lambda.api": 1.0, "calls.api.dynamodb": 3.0}
+    mem = memory_gb()
+    gb_s = (ASSUMPTIONS["api_ms"] * mem["api"]
+            + ASSUMPTIONS["trigger_per_fire_ms"] * mem["trigger"]) / 1000  # fmt: skip
+    expected = gb_s * PRICES["lambda_gb_second_arm64"]["usd"]
+    assert fire_dollars(per, mem)["lambda_duration"] == round(expected * 1e6, 4)
+
+
+def test_a_call_counts_as_the_running_function_s_own() -> None:
+    meter = Meter()
+    meter.add("dynamodb.calls.PutItem")  # no handler running: the stack's own setup
+    meter.scope = "trigger"
+    meter.add("dynamodb.calls.TransactWriteItems")
+    meter.add("sqs.calls.SendMessageBatch")
+    meter.add("dynamodb.wru.table", 3)  # units are not calls
+    counts = meter.snapshot()
+    assert counts["calls.trigger.dynamodb"] == 1 and counts["calls.trigger.sqs"] == 1
+    assert counts["dynamodb.calls.PutItem"] == 1 and "calls.trigger.dynamodb.wru" not in counts
+    assert not [k for k in counts if k.startswith("calls.") and ".wru" in k]
+
+
+def test_a_trigger_run_s_cpu_is_fitted_per_run_and_per_fire() -> None:
+    runs = [{"enqueued": n, "cpu_ms": 20 + 1.5 * n, "init_ms": None} for n in (1, 2, 10, 90)]
+    assert cpu_fit(runs) == {"per_run": 20.0, "per_fire": 1.5, "runs": 4}
+    assert cpu_fit([{"enqueued": 3, "cpu_ms": 40.0, "init_ms": None}] * 5) is None
