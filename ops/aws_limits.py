@@ -438,7 +438,66 @@ def _read_bytes(item: Any) -> int:
     return item_bytes(item.attrs) if read is None else read
 
 
-_ONE_REQUEST_AT_A_TIME = threading.RLock()
+class FairLock:
+    """A re-entrant lock handed out in arrival order. ``threading.Lock`` is not fair: under
+    a stream of requests on one table, one request could wait seconds while later ones kept
+    taking the lock (a hot second's lone fire sent 3.5 s late on the local stack)."""
+
+    def __init__(self) -> None:
+        self._turns = threading.Condition()
+        self._next_ticket = self._serving = self._depth = 0
+        self._owner: int | None = None
+
+    def acquire(self) -> None:
+        me = threading.get_ident()
+        with self._turns:
+            if self._owner == me:
+                self._depth += 1
+                return
+            ticket, self._next_ticket = self._next_ticket, self._next_ticket + 1
+            self._turns.wait_for(lambda: self._serving == ticket and self._owner is None)
+            self._owner, self._depth = me, 1
+
+    def release(self) -> None:
+        with self._turns:
+            self._depth -= 1
+            if self._depth == 0:
+                self._owner, self._serving = None, self._serving + 1
+                self._turns.notify_all()
+
+
+_TABLE_LOCKS: dict[str, FairLock] = {}
+_TABLE_LOCKS_GUARD = threading.Lock()
+
+
+def tables_of(body: Mapping[str, Any]) -> list[str]:
+    """The tables one DynamoDB request reads or writes, in a fixed order (locks are taken in
+    it, so two transactions never wait on each other)."""
+    if "TableName" in body:
+        return [body["TableName"]]
+    if "RequestItems" in body:
+        return sorted(body["RequestItems"])
+    return sorted({next(iter(op.values()))["TableName"] for op in body.get("TransactItems", [])})
+
+
+@contextmanager
+def tables_locked(names: list[str]) -> Iterator[None]:
+    """Hold each named table's lock. moto is not thread-safe: a write changes a table's dicts
+    while another request iterates them, and a transaction puts back what it named if an
+    action fails. DynamoDB is atomic per request; so is moto, one request at a time on each
+    table it touches - requests on other tables go on meanwhile."""
+    with _TABLE_LOCKS_GUARD:
+        locks = [_TABLE_LOCKS.setdefault(name, FairLock()) for name in names]
+    taken: list[FairLock] = []
+    try:
+        for lock in locks:
+            lock.acquire()
+            taken.append(lock)
+        yield
+    finally:
+        for lock in reversed(taken):
+            lock.release()
+
 
 _CHECKED_ACTIONS = (
     "put_item",
@@ -467,10 +526,7 @@ def install(item_limit: ItemLimit = _everywhere) -> Callable[[], None]:
     def checked(action: str, handle: Callable[[DynamoHandler], Any]) -> Callable[..., Any]:
         def method(handler: DynamoHandler) -> Any:
             limits.request(action, handler)
-            # moto is not thread-safe: a transaction deep-copies whole tables (and puts the
-            # copy back if it fails) while another thread's write changes them. DynamoDB is
-            # atomic per request; so is moto, one request at a time.
-            with _ONE_REQUEST_AT_A_TIME:
+            with tables_locked(tables_of(handler.body)):
                 return handle(handler)
 
         return method

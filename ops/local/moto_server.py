@@ -112,7 +112,8 @@ def cheap_transaction_backup() -> None:
     listing and claim item (a table of 10,000 timers made each change ~100 times slower).
     Here only the items the transaction names are kept, and put back if it fails: the same
     answers, and a failed transaction leaves the tables as they were. (aws_limits answers one
-    DynamoDB request at a time, so nothing else writes meanwhile.)"""
+    DynamoDB request at a time on each table a request names, so nothing else writes them
+    meanwhile.)"""
     import copy as copy_module
 
     import moto.dynamodb.models as models

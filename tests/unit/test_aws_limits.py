@@ -7,6 +7,8 @@ are in the module's docstring); the item sizes are DynamoDB Local's, type by typ
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -15,7 +17,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from ops.aws_limits import aws_limits, item_bytes, value_bytes
+from ops.aws_limits import FairLock, aws_limits, item_bytes, tables_locked, tables_of, value_bytes
 from ops.local.moto_server import DEEP_EXPRESSION_FRAMES
 
 BIG = 409_580  # DynamoDB Local's probe: items {"k": "bNN", "v": BIG characters} of 409,585 bytes
@@ -618,3 +620,48 @@ def test_a_transaction_reading_over_4_mib_is_cancelled(ddb: Any) -> None:
     assert refused.value.response["Error"]["Code"] == "TransactionCanceledException"
     reasons = refused.value.response["CancellationReasons"]
     assert [r["Code"] for r in reasons] == ["None"] * 10 + ["ValidationError"]
+
+
+# ---------------------------------------------------------------- one request at a time, per table
+
+
+def test_a_request_locks_every_table_it_names_in_one_order() -> None:
+    assert tables_of({"TableName": "Timers", "Key": {}}) == ["Timers"]
+    assert tables_of({"RequestItems": {"Wakeups": [], "Claims": []}}) == ["Claims", "Wakeups"]
+    transact = {"TransactItems": [{"Update": {"TableName": "Timers"}},
+                                  {"ConditionCheck": {"TableName": "Claims"}},
+                                  {"Put": {"TableName": "Timers"}}]}  # fmt: skip
+    assert tables_of(transact) == ["Claims", "Timers"]
+
+
+def test_the_table_lock_is_handed_out_in_arrival_order() -> None:
+    lock, order = FairLock(), []
+    lock.acquire()
+    lock.acquire()  # re-entrant: the holder's nested request does not wait on itself
+    waiting = []
+    for n in range(5):  # each starts waiting only after the one before it queued
+        t = threading.Thread(target=lambda n=n: (lock.acquire(), order.append(n), lock.release()))
+        t.start()
+        while lock._next_ticket < n + 2:  # the holder took ticket 0
+            time.sleep(0.001)
+        waiting.append(t)
+    lock.release()
+    assert not order  # still held once
+    lock.release()
+    for t in waiting:
+        t.join(timeout=10)
+    assert order == [0, 1, 2, 3, 4]
+
+
+def test_a_request_on_another_table_goes_on_while_one_table_is_held() -> None:
+    done = threading.Event()
+
+    def other_table() -> None:
+        with tables_locked(["Other"]):
+            done.set()
+
+    with tables_locked(["Busy"]):
+        t = threading.Thread(target=other_table)
+        t.start()
+        assert done.wait(timeout=10)
+    t.join()
