@@ -1470,7 +1470,7 @@ def test_rate_limited_reply_has_the_contract_body(api: Api) -> None:
 
 SAMPLES = sorted(EVENTS.glob("api-*.json"))
 SAMPLE_STATUS = {
-    "api-console": 200, "api-console-css": 200, "api-console-js": 200, "api-create-cron-timer": 201,
+    "api-console": 200, "api-console-css": 200, "api-create-cron-timer": 201,
     "api-create-key": 201, "api-create-timer": 201, "api-create-timer-batch": 201,
     "api-delete-timer": 204, "api-docs": 200, "api-docs-swagger-ui-bundle": 200,
     "api-docs-swagger-ui-css": 200, "api-get-timer": 200, "api-health": 200,
@@ -1480,6 +1480,12 @@ SAMPLE_STATUS = {
     "api-resume-timer": 200, "api-revoke-key": 204, "api-run-timer": 202,
     "api-schedule-preview": 200, "api-tenant": 200, "api-usage": 200, "api-list-groups": 200,
     "api-pause-group": 200, "api-resume-group": 200, "api-delete-group": 200,
+    "api-console-main-js": 200, "api-console-router-js": 200, "api-console-session-js": 200,
+    "api-console-api-js": 200, "api-console-state-js": 200, "api-console-dom-js": 200,
+    "api-console-format-js": 200, "api-console-timers-list-js": 200,
+    "api-console-groups-js": 200, "api-console-timer-form-js": 200,
+    "api-console-timer-page-js": 200, "api-console-fire-history-js": 200,
+    "api-console-failed-fires-js": 200, "api-console-keys-js": 200, "api-console-usage-js": 200,
 }  # fmt: skip
 """What each sample answers when replayed: a new sample names its status here."""
 

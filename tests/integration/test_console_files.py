@@ -1,6 +1,6 @@
-"""The tenant console's files (``GET /v1/console`` and its script and style): served by the api
-function with no key, under a Content-Security-Policy that lets the page run only its own
-script, and linked from the docs page."""
+"""The tenant console's files (``GET /v1/console``, its style and its script's ES modules): served
+by the api function with no key, under a Content-Security-Policy that lets the page run only its
+own modules, and linked from the docs page."""
 
 from __future__ import annotations
 
@@ -20,11 +20,15 @@ from tests.integration.api_harness import Api, make_api
 from tests.support import apigw
 from tests.support.clock import FakeClock
 
+MODULES = sorted(static_files.CONSOLE_DIR.glob("*.js"))
 FILES = {
     "/v1/console": "text/html",
-    "/v1/console/console.js": "text/javascript",
     "/v1/console/console.css": "text/css",
+    # a module of another type would not run: browsers check a module script's type
+    **{f"/v1/console/{module.name}": "text/javascript" for module in MODULES},
 }
+MODULE_MAX_LINES = 400  # one idea each
+_IMPORT = re.compile(r"""^import\b[^;]*?["']([^"']+)["'];""", re.MULTILINE | re.DOTALL)
 
 
 @pytest.fixture
@@ -63,11 +67,42 @@ def test_each_file_is_served_without_a_key_under_a_strict_policy(api: Api, path:
 
 def test_the_page_loads_only_its_own_files_and_has_no_inline_script(api: Api) -> None:
     page = get("/v1/console").body.decode()
-    assert '<script src="console/console.js" defer></script>' in page
+    assert '<script type="module" src="console/main.js"></script>' in page
+    assert page.count("<script") == 1  # main.js imports the other modules
     assert '<link rel="stylesheet" href="console/console.css">' in page
     assert "<script>" not in page and "style=" not in page
     assert not re.search(r"\son\w+=", page)  # no inline event handler: the CSP would block it
     assert "http://" not in page and "https://" not in page  # nothing from elsewhere
+
+
+def _imports(module: str) -> list[str]:
+    return _IMPORT.findall((static_files.CONSOLE_DIR / module).read_text(encoding="utf-8"))
+
+
+def test_the_modules_import_only_served_modules_and_main_reaches_them_all() -> None:
+    """A module imports its siblings by relative path (resolved next to it, under
+    /v1/console/), each one served; from main.js every module is reached, none left over; the
+    imports form no cycle (where one would close, main.js hands a callback over instead); each
+    module stays short."""
+    served = {name for name, _ in static_files.CONSOLE_FILES.values() if name.endswith(".js")}
+    assert served == {module.name for module in MODULES}
+    reached: list[str] = []  # depth first, each module after what it imports
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, f"an import cycle: {' -> '.join((*path, module))}"
+        if module in reached:
+            return
+        for specifier in _imports(module):
+            assert specifier.startswith("./") and specifier.count("/") == 1, (module, specifier)
+            assert specifier[2:] in served, (module, specifier)
+            visit(specifier[2:], (*path, module))
+        reached.append(module)
+
+    visit("main.js", ())
+    assert set(reached) == served
+    for module in MODULES:
+        lines = len(module.read_text(encoding="utf-8").splitlines())
+        assert lines <= MODULE_MAX_LINES, (module.name, lines)
 
 
 class _Page(HTMLParser):

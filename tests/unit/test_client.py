@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from functions.api.app import openapi
+from functions.api.app import openapi, static_files
 from timers_client import (
     OPERATIONS,
     ApiError,
@@ -39,10 +39,8 @@ from timers_client import (
 from timers_client.cli import duration
 from timers_client.client import PARAMETER_OF, REQUEST_FIELDS
 
-DOCS_PAGE = {  # for people: the docs page and the console, with their assets
-    *("/v1/docs", "/v1/docs/swagger-ui-bundle.js", "/v1/docs/swagger-ui.css"),
-    *("/v1/console", "/v1/console/console.js", "/v1/console/console.css"),
-}
+# For people, not operations: the docs page and the console, with their assets and modules.
+DOCS_PAGE = static_files.STATIC_PATHS
 
 
 @pytest.fixture(scope="module")

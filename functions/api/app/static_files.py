@@ -18,16 +18,23 @@ DOCS_ASSETS = {  # Swagger UI, as the aws-lambda-powertools package ships it (of
     "/v1/docs/swagger-ui-bundle.js": ("swagger-ui-bundle.min.js", "application/javascript"),
     "/v1/docs/swagger-ui.css": ("swagger-ui.min.css", "text/css"),
 }
+CONSOLE_MODULES = (  # the console's script: ES modules, main.js imports the others
+    "main.js", "router.js", "session.js", "api.js", "state.js", "dom.js", "format.js",
+    "timers-list.js", "groups.js", "timer-form.js", "timer-page.js", "fire-history.js",
+    "failed-fires.js", "keys.js", "usage.js",
+)  # fmt: skip
 CONSOLE_FILES = {  # the tenant console: static files of functions/api/console/
     "/v1/console": ("index.html", "text/html; charset=utf-8"),
-    "/v1/console/console.js": ("console.js", "text/javascript; charset=utf-8"),
     "/v1/console/console.css": ("console.css", "text/css; charset=utf-8"),
+    # A module's type must be JavaScript (the browser refuses any other, nosniff or not).
+    **{f"/v1/console/{name}": (name, "text/javascript; charset=utf-8") for name in CONSOLE_MODULES},
 }
 STATIC_PATHS = frozenset({DOCS_PATH, *DOCS_ASSETS, *CONSOLE_FILES})
 SWAGGER_UI_DIR = Path(swagger_ui.__file__).parent
 CONSOLE_DIR = Path(__file__).parent.parent / "console"
-# The page runs only its own script and style and talks only to this API: an injected
-# <script> or inline handler cannot run, so a key in sessionStorage is not an XSS away.
+# The page runs only its own scripts (its modules, from this origin) and style and talks only to
+# this API: an injected <script> or inline handler cannot run, so a key in sessionStorage is not
+# an XSS away.
 CONSOLE_CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
@@ -36,7 +43,7 @@ CONSOLE_CSP = (
 CONSOLE_HEADERS = {
     "Content-Security-Policy": CONSOLE_CSP,
     # Revalidate every time: the files are not versioned by name, and a page of one deploy
-    # with the script of another would break.
+    # with the modules of another would break.
     "Cache-Control": "no-cache",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
