@@ -19,16 +19,14 @@ that failed while it existed; each test now holds with its fix.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-import boto3
 import pytest
 import redis
 
+from tests.integration import test_fire_path as fire_path
 from tests.integration.api_harness import Api, make_api
 from tests.integration.test_engine_index import card, many
 from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
@@ -41,16 +39,13 @@ from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
     until_armed,
     windowed,
 )
-from tests.support.callbacks import drain
 from tests.support.clock import T0, FakeClock
 from tests.support.real_parts import RedisTarget
-from timers.core.times import format_ms, parse_ms
+from timers.core.times import format_ms
 from timers.core.window import phase_of, send_at
 from timers.engine import keys
 from timers.engine.entries import fence, partition_for, ref_of
-from timers.engine.fanout import POLL_MS, Fanout
 from timers.engine.index import BucketIndex
-from timers.engine.migrate import run_migrator
 from timers.engine.trigger import (
     ARM_MS,
     SEND_RESERVE_MS,
@@ -60,76 +55,30 @@ from timers.engine.trigger import (
     drain_usage,
     run_trigger,
 )
-from timers.runtime import fanout_deps, migrator_deps, trigger_deps
 
 pytestmark = pytest.mark.integration
 
 TRIGGER_TIMEOUT_MS = 30_000  # template.yaml: the trigger's Timeout
 
 
-class World:
-    """The deployed shape, poll by poll (as tests/integration/test_fire_path.py's World), with
-    a say in each trigger run: ``deps_for(n)`` gives the n-th run's deps (a sick host), and a
-    run that raises is what Lambda logs (MaximumRetryAttempts: 0) - the loop goes on."""
+class World(fire_path.World):
+    """The deployed shape, poll by poll (test_fire_path's World), with a say in each trigger
+    run: ``deps_for(n)`` gives the n-th run's deps (a sick host), and a run that raises is what
+    Lambda logs (MaximumRetryAttempts: 0) - the loop goes on."""
 
     def __init__(self, api: Api) -> None:
-        self.api, self.clock = api, api.clock
-        self.redis: redis.Redis = api.runtime.redis
-        wiring = api.runtime.wiring
-        self.sqs = boto3.client("sqs")
-        self.invoked: list[dict[str, Any]] = []
-        self.migrator = migrator_deps(wiring, sleep=self._sleep)
-        self.fanout = Fanout(fanout_deps(wiring, self._invoke, self.clock, self._sleep))
-        self.trigger = trigger_deps(wiring, self.sqs, clock=self.clock, reference=self.clock,
-                                    monotonic=None, sleep=self._sleep)  # fmt: skip
+        super().__init__(api)
         self.deps_for: Callable[[int], TriggerDeps] = lambda _: self.trigger
-        self.received: list[dict[str, Any]] = []
-        self.triggers = 0
         self.raised: list[BaseException] = []
-        self._minute = -1
 
-    def _sleep(self, seconds: float) -> None:
-        self.clock.advance(max(1, math.ceil(seconds * 1000)))
-
-    def _invoke(self, FunctionName: str, InvocationType: str, Payload: bytes) -> None:
-        assert InvocationType == "Event"
-        self.invoked.append({"function": FunctionName, **json.loads(Payload)})
-
-    def run_until(self, end_ms: int) -> None:
-        second = self.clock() // 1000
-        while self.clock() < end_ms:
-            if self.clock() // 60_000 != self._minute:
-                self._minute = self.clock() // 60_000
-                run_migrator(self.migrator, self.clock())
-            self.fanout.act()
-            while self.invoked:
-                event = self.invoked.pop(0)
-                if "restore" in event:
-                    run_migrator(self.migrator, self.clock(), event["restore"])
-                    continue
-                marker = RunMarker(event["slot"], event["token"])
-                deps = self.deps_for(self.triggers)
-                self.triggers += 1
-                try:
-                    run_trigger(deps, event["bucket"], TRIGGER_TIMEOUT_MS, marker)
-                except Exception as exc:  # Lambda logs it; no retry
-                    self.raised.append(exc)
-            if self.clock() // 1000 != second:
-                second = self.clock() // 1000
-                self.read_queues()
-            self.clock.advance(POLL_MS)
-        self.read_queues()
-
-    def read_queues(self) -> None:
-        for url in self.api.queues.values():
-            self.received += drain(self.sqs, url, self.clock())
-
-    def lags(self, timer_id: str) -> dict[int, int]:
-        return {
-            parse_ms(b["scheduled_at"]): parse_ms(b["fired_at"]) - parse_ms(b["scheduled_at"])
-            for b in self.received
-            if b["timer_id"] == timer_id
-        }
+    def start_trigger(self, event: dict[str, Any]) -> None:
+        deps = self.deps_for(self.triggers)
+        self.triggers += 1
+        try:
+            run_trigger(deps, event["bucket"], TRIGGER_TIMEOUT_MS,
+                        RunMarker(event["slot"], event["token"]))  # fmt: skip
+        except Exception as exc:  # Lambda logs it; no retry
+            self.raised.append(exc)
 
 
 @pytest.fixture

@@ -75,14 +75,18 @@ class World:
                     self.restores.append(event["restore"])
                     run_migrator(self.migrator, self.clock(), event["restore"])
                     continue
-                marker = RunMarker(event["slot"], event["token"])
-                run_trigger(self.trigger, event["bucket"], 30_000, marker)
-                self.triggers += 1
+                self.start_trigger(event)
             if self.clock() // 1000 != second:
                 second = self.clock() // 1000
                 self.read_queues()
             self.clock.advance(POLL_MS)
         self.read_queues()
+
+    def start_trigger(self, event: dict[str, Any]) -> None:
+        """One trigger run the fan-out started, to its end."""
+        marker = RunMarker(event["slot"], event["token"])
+        run_trigger(self.trigger, event["bucket"], 30_000, marker)
+        self.triggers += 1
 
     def read_queues(self) -> None:
         for url in self.api.queues.values():
