@@ -6,7 +6,7 @@ from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from timers import http_models as m
+from timers.api import response_models as m
 
 from ..operations import KEYED, Cursor, Limit, errors, ok
 from ..resolver import runtime, tenant

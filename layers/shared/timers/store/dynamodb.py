@@ -9,7 +9,7 @@ from typing import Any, TypeVar, cast
 
 from pynamodb.models import Model
 
-from timers import aws
+from timers.store import aws
 
 aws.share_with_pynamodb()  # every model's connection: the service data parsed once
 
