@@ -28,7 +28,8 @@ Occurrence rules (the product's documented semantics):
     ``0 * * * *``, ``0 */2 * * *``), follows real elapsed time: it fires at every real minute
     whose local wall time matches, so a repeated hour fires again and a skipped one does not.
     This is cronsim's result wherever the clock shifts by whole hours; for 30-minute shifts
-    (Australia/Lord_Howe) cronsim skips matches, so interval jobs are computed here.
+    (Australia/Lord_Howe) cronsim skips matches, so interval jobs are computed here
+    (timers.core.cron).
 
 ``misfire`` (what a recurring timer does with occurrences it missed while the service was down
 or the timer paused) is decided by :func:`catch_up`; one-shot timers always fire, late if need
