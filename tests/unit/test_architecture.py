@@ -143,16 +143,22 @@ def test_every_package_has_a_floor() -> None:
 
 
 def test_no_module_imports_a_higher_floor() -> None:
-    assert upward(all_imports(), FLOORS) == []
+    offences = upward(all_imports(), FLOORS)
+    assert not offences, "imports of a higher floor:\n" + "\n".join(offences)
 
 
 def test_no_import_cycle_between_packages() -> None:
-    assert cycles(package_edges(all_imports())) == []
+    loops = [" -> ".join(loop) for loop in cycles(package_edges(all_imports()))]
+    assert not loops, "packages importing each other:\n" + "\n".join(loops)
 
 
 def test_no_module_under_layers_is_over_500_lines() -> None:
-    over = {str(p.relative_to(ROOT)): lines(p) for p in sorted(LAYERS.rglob("*.py"))}
-    assert {path: n for path, n in over.items() if n > MAX_LINES} == {}
+    over = [
+        f"{p.relative_to(ROOT)}: {lines(p)} lines"
+        for p in sorted(LAYERS.rglob("*.py"))
+        if lines(p) > MAX_LINES
+    ]
+    assert not over, f"modules over {MAX_LINES} lines:\n" + "\n".join(over)
 
 
 def test_the_trigger_is_at_most_450_lines() -> None:
