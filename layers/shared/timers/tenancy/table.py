@@ -133,6 +133,12 @@ class TenantsTable:
         self.models = models_for(table)
         self.clock = clock or (lambda: time.time_ns() // 1_000_000)
 
+    def get_tenant(self, name: str) -> Tenant | None:
+        try:
+            return to_tenant(self.models.tenant.get(tenant_pk(name), consistent_read=True))
+        except self.models.tenant.DoesNotExist:
+            return None
+
     def _get_item(self, name: str) -> TenantItem:
         try:
             return self.models.tenant.get(tenant_pk(name), consistent_read=True)

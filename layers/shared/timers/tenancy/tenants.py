@@ -39,12 +39,6 @@ class TenantStore(ApiKeys):
         tenant = self.get_tenant(name)
         return tenant.signing_secrets(now_ms) if tenant else []
 
-    def get_tenant(self, name: str) -> Tenant | None:
-        try:
-            return to_tenant(self.models.tenant.get(tenant_pk(name), consistent_read=True))
-        except self.models.tenant.DoesNotExist:
-            return None
-
     def put_tenant(self, name: str, callback_queue_url: str, now_ms: int) -> Tenant:
         """Create the tenant record if absent; an existing tenant is returned unchanged."""
         validate_name(name)
