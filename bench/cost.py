@@ -59,7 +59,7 @@ from functions.trigger import app as trigger_app  # noqa: E402
 from ops import template  # noqa: E402
 from ops.redis_server import RedisServer  # noqa: E402
 from tests.support.webhook_server import webhook_server  # noqa: E402
-from timers.delivery import VERDICTS  # noqa: E402
+from timers.delivery.messages import VERDICTS  # noqa: E402
 from timers.engine.fanout import MAX_RUN_MS, FanoutReport  # noqa: E402
 from timers.engine.migrate import MigrationReport  # noqa: E402
 from timers.engine.trigger import LEASE_LIMIT, TriggerReport  # noqa: E402

@@ -61,12 +61,13 @@ from ops.local.spec import QueueSourceSpec  # noqa: E402
 from tests.support.clock import FakeClock  # noqa: E402
 from tests.support.serialized import one_call_at_a_time  # noqa: E402
 from tests.support.webhook_server import WebhookServer  # noqa: E402
-from timers.adapters import http_target  # noqa: E402
-from timers.adapters.delivery_records import DeliveryRecords  # noqa: E402
-from timers.adapters.failed_fires import FailedFireStore  # noqa: E402
-from timers.adapters.target_slots import TargetSlots  # noqa: E402
-from timers.core.webhooks import Attempt  # noqa: E402
-from timers.delivery import DeliveryDeps, Message, dead_letter_body, requeue_body  # noqa: E402
+from timers.core.webhook_attempts import Attempt  # noqa: E402
+from timers.delivery import http_target  # noqa: E402
+from timers.delivery.decisions import DeliveryDeps  # noqa: E402
+from timers.delivery.failed_fires import FailedFireStore  # noqa: E402
+from timers.delivery.messages import Message, dead_letter_body, requeue_body  # noqa: E402
+from timers.delivery.records import DeliveryRecords  # noqa: E402
+from timers.delivery.target_slots import TargetSlots  # noqa: E402
 from timers.engine import keys  # noqa: E402
 from timers.engine.fanout import POLL_MS, Fanout  # noqa: E402
 from timers.engine.index import NOTED  # noqa: E402

@@ -30,12 +30,12 @@ from ops.aws_limits import aws_limits
 from ops.offline import use_fake_aws
 from ops.redis_server import RedisServer
 from tests.support.clock import FakeClock
+from timers.api.creating import TimerSpec
 from timers.core.schedule import AtSchedule
 from timers.engine.index import BucketIndex
 from timers.engine.log import CLAIM_CAP
 from timers.engine.trigger import run_trigger
 from timers.runtime import build_runtime, trigger_deps
-from timers.service import TimerSpec
 
 TENANT = "hot"
 BATCH = 100

@@ -46,10 +46,10 @@ from ops.local import state as local_state
 from ops.local.spec import samconfig
 from ops.offline import LOCAL_CREDENTIALS
 from ops.template import local_settings
-from timers.adapters.tenants import TenantStore, summary, validate_name
 from timers.config import Settings
 from timers.core.errors import DomainError, NotFound
 from timers.core.numbers import ascii_int
+from timers.tenancy.tenants import TenantStore, summary, validate_name
 
 LOCAL_SETTINGS = local_settings()
 

@@ -42,10 +42,10 @@ from typing import Any
 
 import boto3
 
-from timers.adapters.timers_table import PAYLOAD_SUFFIX, TimerItem, to_timer
 from timers.config import Settings
 from timers.engine.changes import listing_of
 from timers.engine.wake import Listing, WakeItem, WakeStore
+from timers.store.timers_table import PAYLOAD_SUFFIX, TimerItem, to_timer
 
 PROGRESS_EVERY = 10_000
 

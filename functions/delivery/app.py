@@ -26,25 +26,18 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 
-from timers import aws
-from timers.adapters import http_target
-from timers.adapters.delivery_records import DeliveryRecords
-from timers.adapters.failed_fires import FailedFireStore
-from timers.adapters.target_slots import TargetSlots
-from timers.adapters.tenants import TenantStore
-from timers.adapters.usage import UsageCounters
 from timers.config import Settings
-from timers.delivery import (
-    BatchReport,
-    DeliveryDeps,
-    Message,
-    dead_letter_body,
-    deliver_batch,
-    requeue_body,
-    settle_batch,
-    summary,
-)
+from timers.delivery import http_target
+from timers.delivery.batches import deliver_batch, settle_batch
+from timers.delivery.decisions import DeliveryDeps
+from timers.delivery.failed_fires import FailedFireStore
+from timers.delivery.messages import BatchReport, Message, dead_letter_body, requeue_body, summary
+from timers.delivery.records import DeliveryRecords
+from timers.delivery.target_slots import TargetSlots
 from timers.runtime import wall_clock_ms
+from timers.store import aws
+from timers.tenancy.tenants import TenantStore
+from timers.tenancy.usage import UsageCounters
 
 logger = Logger()
 metrics = Metrics()

@@ -18,12 +18,12 @@ from ops.template import local_settings
 from tests.support import apigw
 from tests.support.clock import FakeClock
 from tests.support.real_parts import RedisTarget
-from timers.adapters.failed_fires import DeliveryQueue
-from timers.adapters.tenants import TenantStore
 from timers.core.failures import FailedFire
-from timers.core.webhooks import DeliveryState
+from timers.core.webhook_attempts import DeliveryState
+from timers.delivery.failed_fires import DeliveryQueue
 from timers.engine.entries import Entry, entry_ref
 from timers.runtime import Runtime, build_runtime
+from timers.tenancy.tenants import TenantStore
 
 SETTINGS = local_settings()
 

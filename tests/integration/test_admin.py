@@ -7,8 +7,7 @@ import boto3
 import pytest
 
 from ops import admin
-from timers.adapters import tenants
-from timers.core.errors import InvalidState
+from timers.core.errors import InvalidInput, InvalidState, NotFound
 
 pytestmark = pytest.mark.real_parts
 
@@ -98,11 +97,11 @@ def test_allow_and_disallow_a_queue(target: admin.Target) -> None:
 
 @pytest.mark.parametrize("name", ["Acme", "a_b", "", "x" * 41, "ü", "acme\n"])
 def test_bad_tenant_names_are_refused_and_create_nothing(target: admin.Target, name: str) -> None:
-    with pytest.raises(tenants.InvalidInput):
+    with pytest.raises(InvalidInput):
         admin.run(target, ["tenant", "create", name])
     assert boto3.client("sqs").list_queues().get("QueueUrls", []) == []
 
 
 def test_unknown_tenant_is_not_found(target: admin.Target) -> None:
-    with pytest.raises(tenants.NotFound):
+    with pytest.raises(NotFound):
         admin.run(target, ["key", "add", "ghost"])

@@ -17,9 +17,9 @@ from tests.support import apigw
 from tests.support.chains import fire
 from tests.support.clock import T0, FakeClock
 from tests.support.real_parts import RedisTarget
-from timers.adapters import tenants
 from timers.core.times import format_ms
 from timers.core.webhooks import LOOPBACK_REFUSED, RetryPolicy
+from timers.tenancy.auth import AUTH_CACHE_MS
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 AT = format_ms(T0 + 3_600_000)  # an hour from the test clock's now
@@ -656,7 +656,7 @@ def test_only_registered_queues_may_be_targeted(api: Api) -> None:
     other = boto3.client("sqs").create_queue(QueueName="acme-extra")["QueueUrl"]
     assert api.call("POST", "/v1/timers", body=bad(target={"queue_url": other})).status == 400
     api.tenants.allow_queue("acme", other)
-    api.clock.advance(tenants.AUTH_CACHE_MS)  # an api instance re-reads its tenants that often
+    api.clock.advance(AUTH_CACHE_MS)  # an api instance re-reads its tenants that often
     assert api.create(**bad(target={"queue_url": other}))["target"]["queue_url"] == other
     # another tenant's callback queue is never a valid target
     theirs = bad(target={"queue_url": api.queues["globex"]})

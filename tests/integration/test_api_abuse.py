@@ -16,11 +16,12 @@ from functions.api.app import preflight, resolver
 from tests.integration.api_harness import Api, make_api
 from tests.support import apigw
 from tests.support.clock import T0, FakeClock
-from timers import service as service_module
-from timers.adapters import tenants
-from timers.adapters.timers_table import TimerStore
+from timers.api import service as service_module
 from timers.core.strict_json import MAX_DEPTH
 from timers.core.times import format_ms
+from timers.store.timers_table import TimerStore
+from timers.tenancy.auth import AUTH_CACHE_MS, CachedAuthenticator
+from timers.tenancy.table import Tenant
 
 AT = format_ms(T0 + 3_600_000)
 SECRET_HEADER = "Bearer sk_live_do-not-trace-me"
@@ -249,18 +250,18 @@ def test_made_up_keys_are_refused_before_they_cost_a_read(
 def test_a_flood_of_made_up_keys_does_not_push_out_known_ones() -> None:
     now = [T0]
     lookups: list[str | None] = []
-    acme = tenants.Tenant(name="acme", callback_queue_url="q")
+    acme = Tenant(name="acme", callback_queue_url="q")
 
-    def lookup(key: str | None) -> tenants.Tenant | None:
+    def lookup(key: str | None) -> Tenant | None:
         lookups.append(key)
         return acme if key == "tk_good" else None
 
-    auth = tenants.CachedAuthenticator(lambda: now[0], lookup, lambda: 0, size=5)
+    auth = CachedAuthenticator(lambda: now[0], lookup, lambda: 0, size=5)
     assert auth("tk_good") == acme
     for n in range(100):
         assert auth(f"tk_bad-{n}") is None
     assert auth("tk_good") == acme
     assert lookups.count("tk_good") == 1  # still remembered
     assert auth("tk_bad-99") is None and lookups.count("tk_bad-99") == 1
-    now[0] += tenants.AUTH_CACHE_MS
+    now[0] += AUTH_CACHE_MS
     assert auth("tk_good") == acme and lookups.count("tk_good") == 2  # until it expires

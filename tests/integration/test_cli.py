@@ -21,7 +21,7 @@ import pytest
 from tests.integration.api_harness import Api, make_api, seed_failed_fire
 from tests.support.clock import T0, FakeClock
 from timers.core.times import format_ms
-from timers.core.webhooks import DeliveryState
+from timers.core.webhook_attempts import DeliveryState
 from timers_client import Client, cli
 
 TIMERS = Path(sys.executable).parent / "timers"  # the console script

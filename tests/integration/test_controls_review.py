@@ -30,10 +30,10 @@ from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
 )
 from tests.integration.test_webhooks import DAY_MS, Delivery, delivery  # noqa: F401
 from tests.support.clock import T0
-from timers.adapters.usage import UsageCounters
 from timers.core.times import format_ms
 from timers.core.webhooks import Webhook
 from timers.engine.trigger import RunMarker, drain_usage, run_trigger
+from timers.tenancy.usage import UsageCounters
 
 pytestmark = pytest.mark.integration
 

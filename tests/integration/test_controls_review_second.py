@@ -24,7 +24,7 @@ from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
 )
 from tests.integration.test_webhooks import Delivery, delivery  # noqa: F401
 from tests.support.clock import T0
-from timers.adapters.usage import UsageCounters
+from timers.tenancy.usage import UsageCounters
 
 pytestmark = pytest.mark.integration
 

@@ -25,12 +25,12 @@ from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
 )
 from tests.integration.test_webhooks import Delivery, delivery  # noqa: F401
 from tests.support.clock import T0
-from timers.adapters.usage import UsageCounters
 from timers.engine import keys
 from timers.engine import trigger as trigger_module
 from timers.engine.fanout import POLL_MS, Fanout
 from timers.engine.trigger import Run, RunMarker, drain_usage, run_trigger
 from timers.runtime import fanout_deps
+from timers.tenancy.usage import UsageCounters
 
 pytestmark = pytest.mark.integration
 

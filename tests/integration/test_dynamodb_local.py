@@ -16,7 +16,7 @@ from ops import template
 from ops.dynamodb_local import client, java_major
 from ops.template import local_settings
 from tests.support.real_parts import dynamodb_at
-from timers.adapters.tenants import TenantStore
+from timers.tenancy.tenants import TenantStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_parts]
 

@@ -22,13 +22,13 @@ from ops import migrate_v2
 from ops.template import local_settings
 from tests.support.clock import T0, FakeClock
 from timers import runtime
-from timers.adapters.timers_table import TimerStore
 from timers.config import Settings
 from timers.core.schedule import AtSchedule, CronSchedule, EverySchedule, Schedule
 from timers.core.timer import Timer
 from timers.engine.index import member_of
 from timers.engine.migrate import run_migrator
 from timers.engine.wake import WAKE_SHARDS, Listing, WakeStore
+from timers.store.timers_table import TimerStore
 
 pytestmark = pytest.mark.integration
 

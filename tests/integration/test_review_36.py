@@ -72,9 +72,9 @@ from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
 )
 from tests.support.clock import T0, FakeClock
 from tests.support.webhook_server import Endpoint, webhook_server
-from timers.adapters import http_target
 from timers.config import ConfigError, Settings
 from timers.core.times import format_ms, parse_ms
+from timers.delivery import http_target
 from timers.engine.index import BucketIndex, Peek, PeekPending
 from timers.runtime import redis_time_ms
 from timers_client import Client, bulk, cli

@@ -11,11 +11,11 @@ import pytest
 
 from ops import template
 from tests.support.clock import T0
-from timers.adapters.idempotency import IdempotencyStore
-from timers.adapters.tenants import TenantStore
-from timers.adapters.timers_table import INLINE_PAYLOAD_BYTES, TimerItem, TimerStore
+from timers.api.idempotency import IdempotencyStore
 from timers.core.schedule import EverySchedule
 from timers.core.timer import Timer
+from timers.store.timers_table import INLINE_PAYLOAD_BYTES, TimerItem, TimerStore
+from timers.tenancy.tenants import TenantStore
 
 pytestmark = pytest.mark.integration
 

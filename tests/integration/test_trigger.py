@@ -46,8 +46,6 @@ from ops.local.context import LambdaContext
 from tests.integration.api_harness import SETTINGS, Api, make_api
 from tests.support.callbacks import drain
 from tests.support.clock import T0, FakeClock
-from timers.adapters import tenants
-from timers.adapters.timers_table import PAYLOAD_SUFFIX
 from timers.core.times import format_ms, parse_ms
 from timers.core.window import send_at
 from timers.engine import keys
@@ -62,6 +60,7 @@ from timers.engine.entries import (
 from timers.engine.index import BucketIndex, Card
 from timers.engine.log import FireLog
 from timers.engine.migrate import MigrationReport, run_migrator
+from timers.engine.sending import SEND_ATTEMPTS
 from timers.engine.trigger import (
     ARM_MS,
     CLAIM_ATTEMPTS,
@@ -78,7 +77,8 @@ from timers.engine.trigger import (
     run_trigger,
 )
 from timers.runtime import DAY_MS, migrator_deps, trigger_deps
-from timers.sending import SEND_ATTEMPTS
+from timers.store.timers_table import PAYLOAD_SUFFIX
+from timers.tenancy.auth import AUTH_CACHE_MS
 
 pytestmark = pytest.mark.integration
 
@@ -1181,7 +1181,7 @@ def test_fifo_targets_get_dedup_and_group_ids(rig: Rig) -> None:
         QueueName="timers-tenant-acme-orders.fifo", Attributes={"FifoQueue": "true"}
     )["QueueUrl"]
     rig.api.tenants.allow_queue("acme", url)
-    rig.clock.advance(tenants.AUTH_CACHE_MS)
+    rig.clock.advance(AUTH_CACHE_MS)
     timer = rig.api.create(schedule={"type": "every", "seconds": 1}, target={"queue_url": url})
     until_armed(rig, rig.clock() + 1_000)
     rig.run()
@@ -1555,7 +1555,7 @@ def test_every_enqueued_fire_counts_in_one_accuracy_level(rig: Rig) -> None:
     api = rig.api
     gone = rig.sqs.real.create_queue(QueueName="timers-tenant-acme-gone")["QueueUrl"]
     api.tenants.allow_queue("acme", gone)
-    rig.clock.advance(tenants.AUTH_CACHE_MS)
+    rig.clock.advance(AUTH_CACHE_MS)
 
     def fire_one_shots(n: int, late_ms: int = 0, sqs_ms: int = 0, **extra: Any) -> list[str]:
         made = [api.create(schedule=after(1), **extra)["id"] for _ in range(n)]

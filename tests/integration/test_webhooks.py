@@ -39,21 +39,22 @@ from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
 from tests.support.clock import T0
 from tests.support.serialized import one_call_at_a_time
 from tests.support.webhook_server import WebhookServer, webhook_server
-from timers import service as service_module
-from timers.adapters import http_target
-from timers.adapters.failed_fires import DeliveryQueue, FailedFireStore
-from timers.adapters.target_slots import TargetSlots
+from timers.api import creating
 from timers.core.times import format_ms
-from timers.core.webhooks import Attempt, Webhook
-from timers.delivery import (
+from timers.core.webhook_attempts import Attempt
+from timers.core.webhooks import Webhook
+from timers.delivery import http_target
+from timers.delivery.batches import deliver_batch
+from timers.delivery.decisions import DeliveryDeps
+from timers.delivery.failed_fires import DeliveryQueue, FailedFireStore
+from timers.delivery.messages import (
     DEAD_LETTERED,
     DEFER_MAX_S,
-    DeliveryDeps,
     Message,
     dead_letter_body,
-    deliver_batch,
     requeue_body,
 )
+from timers.delivery.target_slots import TargetSlots
 
 pytestmark = pytest.mark.integration
 
@@ -807,7 +808,7 @@ def test_a_target_stored_before_validation_caught_it_fails_at_once(
     def unchecked(url: str, headers: dict[str, str], *_: bool) -> Any:  # allow_loopback, ...
         return Webhook(url, tuple(headers.items())), []
 
-    monkeypatch.setattr(service_module, "validate_target", unchecked)
+    monkeypatch.setattr(creating, "validate_target", unchecked)
     timer_id = d.fire(server.on("/ok"), headers={"X-Foo": "v\n"})
     assert d.handle(d.receive()) == []  # not a batch item failure: no retry
     (fire,) = d.history(timer_id)

@@ -21,7 +21,7 @@ NEVER = {
     "aws_xray_sdk",
     # redis's asyncio client: redis/__init__ imports it, timers.deferred_imports defers it.
     "redis.asyncio",
-    # boto3 (and s3transfer): clients are botocore's (timers.aws).
+    # boto3 (and s3transfer): clients are botocore's (timers.store.aws).
     "boto3",
     "s3transfer",
 }

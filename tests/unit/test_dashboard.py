@@ -27,7 +27,7 @@ from functions.trigger import app as trigger_app
 from ops import template
 from ops.local.context import LambdaContext
 from timers.core.lag import LAG_LEVELS
-from timers.delivery import BatchReport, Outcome
+from timers.delivery.messages import BatchReport, Outcome
 from timers.engine.fanout import FanoutReport
 from timers.engine.migrate import MigrationReport
 from timers.engine.trigger import TriggerReport

@@ -5,7 +5,7 @@ from __future__ import annotations
 from botocore.exceptions import ClientError, ReadTimeoutError
 from pynamodb.exceptions import PutError
 
-from timers.adapters.dynamodb import failed_because
+from timers.store.dynamodb import failed_because
 
 
 def test_a_condition_failure_is_told_from_a_timeout() -> None:

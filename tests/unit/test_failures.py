@@ -14,7 +14,7 @@ from timers.core.failures import (
     redelivered_at,
     sort_key,
 )
-from timers.core.webhooks import DeliveryState
+from timers.core.webhook_attempts import DeliveryState
 
 T = 1_795_255_202_000  # 2026-11-21T10:00:02.000Z
 

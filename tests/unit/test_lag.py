@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from timers.adapters.usage import COUNTS, fire_counts
 from timers.core.lag import LAG_LEVELS, lag_level, lateness_ms
+from timers.tenancy.usage import COUNTS, fire_counts
 
 T = 1_793_000_000_000  # a due time in 2026-10
 

@@ -16,14 +16,15 @@ import pytest
 from pynamodb.models import Model
 
 from ops import template
-from timers.adapters.idempotency import IdempotencyStore
-from timers.adapters.tenants import TenantStore
-from timers.adapters.timers_table import TimerStore
+from timers.api.idempotency import IdempotencyStore
 from timers.config import LOCAL_ONLY, Settings
-from timers.core.webhooks import RETRY_FOR_MS, backoff_s
+from timers.core.webhook_attempts import backoff_s
+from timers.core.webhooks import RETRY_FOR_MS
 from timers.engine import log as fire_log
 from timers.engine.changes import CREATE_MS
 from timers.runtime import quiet_root_logger
+from timers.store.timers_table import TimerStore
+from timers.tenancy.tenants import TenantStore
 
 FUNCTIONS = template.resources("AWS::Serverless::Function")
 TABLES = template.resources("AWS::DynamoDB::Table")
@@ -309,7 +310,7 @@ def test_the_api_function_lists_and_redelivers_failed_fires_and_nothing_more() -
 
 
 def test_the_failed_fires_table_is_keyed_and_expires_as_its_store_writes_it() -> None:
-    from timers.adapters import failed_fires
+    from timers.delivery import failed_fires
 
     props: dict[str, Any] = TABLES["FailedFiresTable"]
     assert _keys(props["KeySchema"]) == {"HASH": "tenant", "RANGE": "at"}
@@ -450,7 +451,7 @@ def test_a_create_in_flight_ends_well_within_CREATE_MS() -> None:
 def test_the_group_index_is_sparse_and_keys_only_and_the_groups_table_is_the_stores() -> None:
     """A group costs no write per fire: the index holds keys only (a checkpoint or a
     completion changes none of them), on the attribute only a grouped timer has."""
-    from timers.adapters import timers_table
+    from timers.store import timers_table
 
     props: dict[str, Any] = TABLES["TimersTable"]
     (index,) = props["GlobalSecondaryIndexes"]

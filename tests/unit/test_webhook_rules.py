@@ -20,35 +20,29 @@ import pytest
 import standardwebhooks
 
 from tests.support.webhook_server import WebhookServer, webhook_server
-from timers.adapters import http_target
-from timers.adapters.target_slots import Held
 from timers.core.failures import REDELIVERED, FailedFire
-from timers.core.webhooks import (
+from timers.core.webhook_attempts import (
     BACKOFF_MAX_S,
-    RETRY_FOR_MS,
     Attempt,
     DeliveryState,
+    backoff_s,
+    new_secret,
+    signed_headers,
+    verdict,
+)
+from timers.core.webhooks import (
+    RETRY_FOR_MS,
     RetryPolicy,
     Webhook,
     address_allowed,
-    backoff_s,
     gives_up,
-    new_secret,
-    signed_headers,
     validate_target,
-    verdict,
 )
-from timers.delivery import (
-    DEAD_LETTERED,
-    DEFER_MAX_S,
-    DeliveryDeps,
-    Message,
-    defer_wait_s,
-    deliver,
-    deliver_batch,
-    requeue_body,
-    settle_redriven,
-)
+from timers.delivery import http_target
+from timers.delivery.batches import deliver, deliver_batch
+from timers.delivery.decisions import DeliveryDeps, settle_redriven
+from timers.delivery.messages import DEAD_LETTERED, DEFER_MAX_S, Message, defer_wait_s, requeue_body
+from timers.delivery.target_slots import Held
 from timers.engine.entries import EntryRef
 
 # ---------------------------------------------------------------- validation

@@ -16,7 +16,7 @@ from timers.core.errors import DomainError, FieldError, RateLimited, Unavailable
 from .resolver import app, json_response, logger
 
 RETRY_AFTER_S = 1
-"""Retry-After of a 429 (the rate limiter's window is one second: timers.adapters.ratelimit)
+"""Retry-After of a 429 (the rate limiter's window is one second: timers.tenancy.ratelimit)
 and of a 503 (run now's reference clock: Redis is back within seconds of a failover)."""
 
 

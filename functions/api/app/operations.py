@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler.openapi.params import Header, Query
 
-from timers import http_models as m
+from timers.api import response_models as m
 
 Limit = Annotated[int, Query(ge=1, le=100, description="Page size")]
 Cursor = Annotated[

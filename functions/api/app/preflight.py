@@ -12,8 +12,7 @@ from typing import Any
 from aws_lambda_powertools.event_handler import Response, content_types
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
-from timers import http_models as m
-from timers.core.errors import FieldError, PayloadTooLarge, RateLimited, Unauthorized
+from timers.core.errors import FieldError, InvalidInput, PayloadTooLarge, RateLimited, Unauthorized
 
 from .errors import domain_error, unsupported_media_type
 from .resolver import app, logger, runtime
@@ -58,7 +57,7 @@ def check(event: dict[str, Any]) -> Response[Any] | dict[str, Any]:
         raw.decode()
     except UnicodeDecodeError:  # JSON is UTF-8; anything else is malformed, not a crash
         not_utf8 = FieldError("body", "is not UTF-8 text")
-        return domain_error(m.InvalidInput("malformed JSON", [not_utf8]))
+        return domain_error(InvalidInput("malformed JSON", [not_utf8]))
     content_type = request.headers.get("content-type")
     if content_type:
         if not is_json(content_type):

@@ -9,9 +9,9 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 
-from timers.adapters.tenants import Tenant
 from timers.core import strict_json
 from timers.runtime import Runtime, build_runtime
+from timers.tenancy.table import Tenant
 
 logger = Logger()
 metrics = Metrics()

@@ -28,8 +28,8 @@ class Settings:
     wakeups_table: str = "wakeups"
     tenants_table: str = "tenants"
     idempotency_table: str = "idempotency"
-    failed_fires_table: str = "failed_fires"  # each failure of an HTTP fire (timers.failures)
-    groups_table: str = "groups"  # the tenants' groups (timers.adapters.groups)
+    failed_fires_table: str = "failed_fires"  # each failure of an HTTP fire (timers.api.failures)
+    groups_table: str = "groups"  # the tenants' groups (timers.api.groups_table)
     redis_url: str = "redis://127.0.0.1:6390/0"
     redis_cluster: bool = False
     bucket_count: int = 16

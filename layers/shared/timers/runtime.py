@@ -19,24 +19,25 @@ from botocore.config import Config
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from timers import aws
-from timers.adapters.delivery_records import DeliveryRecords
-from timers.adapters.failed_fires import DeliveryQueue, FailedFireStore
-from timers.adapters.groups import GroupStore
-from timers.adapters.idempotency import IdempotencyStore
-from timers.adapters.ratelimit import RateLimiter
-from timers.adapters.tenants import CachedAuthenticator, TenantStore
-from timers.adapters.timers_table import TimerStore
-from timers.adapters.usage import UsageCounters
+from timers.api.failures import FailedFireService
+from timers.api.groups import GroupService
+from timers.api.groups_table import GroupStore
+from timers.api.idempotency import IdempotencyStore
+from timers.api.service import TimerService
 from timers.config import Settings
+from timers.delivery.failed_fires import DeliveryQueue, FailedFireStore
+from timers.delivery.records import DeliveryRecords
 from timers.engine.changes import Changes, Checkpoints
 from timers.engine.extra import Extras
 from timers.engine.index import BucketIndex
 from timers.engine.log import FireLog
 from timers.engine.wake import WakeStore
-from timers.failures import FailedFireService
-from timers.groups import GroupService
-from timers.service import TimerService
+from timers.store import aws
+from timers.store.timers_table import TimerStore
+from timers.tenancy.auth import CachedAuthenticator
+from timers.tenancy.ratelimit import RateLimiter
+from timers.tenancy.tenants import TenantStore
+from timers.tenancy.usage import UsageCounters
 
 if TYPE_CHECKING:  # the fan-out's, migrator's and trigger's cores load in their own functions
     from timers.engine.fanout import FanoutDeps

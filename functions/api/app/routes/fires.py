@@ -10,7 +10,8 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from timers import http_models as m
+from timers.api import request_models as req
+from timers.api import response_models as m
 from timers.core.times import parse_ms
 
 from ..operations import KEYED, ONE_TIMER, Cursor, Limit, errors, ok
@@ -20,10 +21,10 @@ FireStatusFilter = Annotated[
     Literal["failed"], Query(description="Which fires: `failed` (the only one for now)")
 ]
 Since = Annotated[
-    m.Rfc3339 | None, Query(description="Only fires that failed at or after this instant")
+    req.Rfc3339 | None, Query(description="Only fires that failed at or after this instant")
 ]
 Until = Annotated[
-    m.Rfc3339 | None, Query(description="Only fires that failed at or before this instant")
+    req.Rfc3339 | None, Query(description="Only fires that failed at or before this instant")
 ]
 IncludeRedelivered = Annotated[
     bool,

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from timers import http_models as m
+from timers.api import response_models as m
+from timers.core.groups import Action
 
 from ..operations import KEYED, Cursor, Limit, errors, ok
 from ..resolver import runtime, tenant
 
 TAG = "groups"  # the docs page groups operations by it
 router = APIGatewayHttpRouter()
+Handler = Callable[..., Any]
 _STEPS = (
     "One call changes up to 500 timers (and goes through at most 2,000, or 5 s of work); "
     "while `done` is false, call again: the next call goes on where this one stopped. A timer "
@@ -37,11 +41,6 @@ def list_groups(limit: Limit = 50, cursor: Cursor = None) -> m.GroupList:
     return m.GroupList(**runtime().groups.list(tenant(), limit, cursor))
 
 
-def _operation(name: str, action: str) -> m.GroupChangeOut:
-    view = runtime().groups.operate(tenant(), unquote(name), action)  # type: ignore[arg-type]
-    return m.GroupChangeOut(**view)
-
-
 _RESPONSES = {
     **errors(*KEYED, 404),
     400: {**errors(400)[400], "description": _BAD_NAME},
@@ -53,34 +52,41 @@ _RESPONSES = {
 }
 
 
-@router.post(
-    "/v1/groups/<name>/pause",
-    tags=[TAG],
-    responses={**ok(200, "What this call paused", m.GroupChangeOut), **_RESPONSES},
-    summary="Pause every timer of a group",
-    description=_STEPS,
+def _group_operation(
+    action: Action,
+    route: Callable[..., Callable[[Handler], Handler]],
+    path: str,
+    did: str,
+    summary: str,
+) -> Handler:
+    """The route of one group operation: ``action`` on every timer of the group the path
+    names. The handler is named ``<action>_group``: the OpenAPI operationId is made of it."""
+
+    def operate(name: str) -> m.GroupChangeOut:
+        view = runtime().groups.operate(tenant(), unquote(name), action)
+        return m.GroupChangeOut(**view)
+
+    operate.__name__ = operate.__qualname__ = f"{action}_group"
+    responses = {**ok(200, f"What this call {did}", m.GroupChangeOut), **_RESPONSES}
+    return route(path, tags=[TAG], responses=responses, summary=summary, description=_STEPS)(
+        operate
+    )
+
+
+pause_group = _group_operation(
+    "pause", router.post, "/v1/groups/<name>/pause", "paused", "Pause every timer of a group"
 )
-def pause_group(name: str) -> m.GroupChangeOut:
-    return _operation(name, "pause")
-
-
-@router.post(
+resume_group = _group_operation(
+    "resume",
+    router.post,
     "/v1/groups/<name>/resume",
-    tags=[TAG],
-    responses={**ok(200, "What this call resumed", m.GroupChangeOut), **_RESPONSES},
-    summary="Resume every timer of a group; missed fires follow each one's `misfire`",
-    description=_STEPS,
+    "resumed",
+    "Resume every timer of a group; missed fires follow each one's `misfire`",
 )
-def resume_group(name: str) -> m.GroupChangeOut:
-    return _operation(name, "resume")
-
-
-@router.delete(
+delete_group = _group_operation(
+    "delete",
+    router.delete,
     "/v1/groups/<name>",
-    tags=[TAG],
-    responses={**ok(200, "What this call deleted", m.GroupChangeOut), **_RESPONSES},
-    summary="Delete every timer of a group; then the group is gone",
-    description=_STEPS,
+    "deleted",
+    "Delete every timer of a group; then the group is gone",
 )
-def delete_group(name: str) -> m.GroupChangeOut:
-    return _operation(name, "delete")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from timers import http_models as m
+from timers.api import request_models as req
+from timers.api import response_models as m
 
 from ..operations import BODY, errors, ok
 from ..resolver import runtime
@@ -19,6 +20,6 @@ router = APIGatewayHttpRouter()
     responses={**ok(200, "The next fire times", m.PreviewOut), **errors(*BODY)},
     summary="The next fire times of a schedule; creates nothing",
 )
-def schedule_preview(body: m.PreviewIn) -> m.PreviewOut:
+def schedule_preview(body: req.PreviewIn) -> m.PreviewOut:
     service = runtime().service
-    return m.PreviewOut(**service.preview(m.to_plan(body, service.clock()), body.count))
+    return m.PreviewOut(**service.preview(req.to_plan(body, service.clock()), body.count))

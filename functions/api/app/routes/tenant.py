@@ -10,10 +10,12 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from timers import http_models as m
-from timers.adapters.tenants import ApiKey, summary
+from timers.api import request_models as req
+from timers.api import response_models as m
 from timers.core.times import format_ms
 from timers.runtime import DAY_MS
+from timers.tenancy.keys import ApiKey
+from timers.tenancy.tenants import summary
 
 from ..operations import BODY, KEYED, errors, ok
 from ..resolver import json_response, runtime, tenant
@@ -65,7 +67,7 @@ def list_keys() -> m.KeyList:
     },
     summary="Create an API key (at most 10 per tenant)",
 )
-def create_key(body: m.KeyCreate) -> Response[m.KeyCreatedOut]:
+def create_key(body: req.KeyCreate) -> Response[m.KeyCreatedOut]:
     api_key, key = runtime().tenants.create_key(
         tenant().name, runtime().service.clock(), body.label
     )

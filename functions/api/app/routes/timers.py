@@ -9,7 +9,8 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from aws_lambda_powertools.event_handler.router import APIGatewayHttpRouter
 
-from timers import http_models as m
+from timers.api import request_models as req
+from timers.api import response_models as m
 from timers.core.timer import serialize_payload
 
 from ..operations import BODY, KEYED, ONE_TIMER, Cursor, IdempotencyKey, Limit, errors, ok
@@ -37,9 +38,9 @@ router = APIGatewayHttpRouter()
     summary="Create a timer",
 )
 def create_timer(
-    body: m.TimerCreate, idempotency_key: IdempotencyKey = None
+    body: req.TimerCreate, idempotency_key: IdempotencyKey = None
 ) -> Response[m.TimerOut]:
-    spec = m.to_spec(body, serialize_payload(body.payload))
+    spec = req.to_spec(body, serialize_payload(body.payload))
     view = runtime().service.create(tenant(), spec, idempotency_key)
     return json_response(HTTPStatus.CREATED, view)
 
@@ -54,9 +55,9 @@ def create_timer(
     summary="Create up to 100 timers at once, all or nothing",
 )
 def create_timers(
-    body: m.TimerBatchIn, idempotency_key: IdempotencyKey = None
+    body: req.TimerBatchIn, idempotency_key: IdempotencyKey = None
 ) -> Response[m.TimerBatchOut]:
-    views = runtime().service.create_batch(tenant(), m.to_specs(body), idempotency_key)
+    views = runtime().service.create_batch(tenant(), req.to_specs(body), idempotency_key)
     return json_response(HTTPStatus.CREATED, {"items": views})
 
 
@@ -100,9 +101,9 @@ def get_timer(timer_id: str) -> m.TimerOut:
     responses={**ok(200, "The changed timer", m.TimerOut), **errors(*BODY, 404, 409)},
     summary="Update a timer; its next fire is recomputed",
 )
-def patch_timer(timer_id: str, body: m.TimerPatch) -> m.TimerOut:
+def patch_timer(timer_id: str, body: req.TimerPatch) -> m.TimerOut:
     payload = serialize_payload(body.payload) if "payload" in body.model_fields_set else None
-    changes = m.to_changes(body, payload)
+    changes = req.to_changes(body, payload)
     return m.TimerOut(**runtime().service.patch(tenant(), timer_id, changes))
 
 

@@ -3,7 +3,7 @@
 A fire whose delivery ends ``failed`` (at once, its retry budget spent, no slot for 24 h, or
 dead-lettered) is recorded in the tenant's time-ordered list of failures with the message that
 failed, so it can be listed and redelivered exactly as it was (the same ``webhook-id``). No I/O
-here: timers.adapters.failed_fires stores them, timers.failures lists and redelivers them.
+here: timers.delivery.failed_fires stores them, timers.api.failures lists and redelivers them.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ KEY_MAX_MS = 10**KEY_DIGITS - 1
 REDELIVERED = "redelivered"
 """The message attribute of a redelivered message: when it was redelivered (epoch ms). The
 delivery function reopens a record that failed before then (the redelivery's own write may
-not have happened yet: see timers.failures)."""
+not have happened yet: see timers.api.failures)."""
 DROPPED_ON_REDELIVERY = frozenset({"deferrals", "reason", REDELIVERED})
 """Attributes a redelivered message does not carry over: it starts with no deferral."""
 

@@ -1,6 +1,6 @@
 """Groups: a timer is in at most one, named by its ``group`` field. Pure rules; where a group's
-timers are found is the timers table's index (timers.adapters.timers_table) and what the
-tenant's groups are its registry (timers.adapters.groups).
+timers are found is the timers table's index (timers.store.timers_table) and what the
+tenant's groups are its registry (timers.api.groups_table).
 """
 
 from __future__ import annotations

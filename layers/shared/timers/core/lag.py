@@ -11,7 +11,7 @@ flexible window of W ms, minus the end of its window (due + W), and 0 within it;
     1000-2000ms   1000 < L <= 2000
     over_2000ms   L > 2000
 
-No I/O here: timers.adapters.usage counts each enqueued fire in its level, and the trigger's
+No I/O here: timers.tenancy.usage counts each enqueued fire in its level, and the trigger's
 metrics count a run's sends by the same levels.
 """
 

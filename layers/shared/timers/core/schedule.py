@@ -28,7 +28,8 @@ Occurrence rules (the product's documented semantics):
     ``0 * * * *``, ``0 */2 * * *``), follows real elapsed time: it fires at every real minute
     whose local wall time matches, so a repeated hour fires again and a skipped one does not.
     This is cronsim's result wherever the clock shifts by whole hours; for 30-minute shifts
-    (Australia/Lord_Howe) cronsim skips matches, so interval jobs are computed here.
+    (Australia/Lord_Howe) cronsim skips matches, so interval jobs are computed here
+    (timers.core.cron).
 
 ``misfire`` (what a recurring timer does with occurrences it missed while the service was down
 or the timer paused) is decided by :func:`catch_up`; one-shot timers always fire, late if need
@@ -37,18 +38,14 @@ be. ``max_fires`` is counted by the caller, except in :func:`preview`.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from functools import lru_cache
-from typing import Any, Literal, NamedTuple
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from datetime import UTC, datetime
+from typing import Any, Literal
 
-from cronsim import CronSim, CronSimError
-
+from timers.core.cron import cron_backward, cron_forward, cron_syntax_error, timezone_error
 from timers.core.errors import FieldError  # re-exported: one error shape for every layer
-from timers.core.times import format_ms, from_ms, parse_ms, to_ms
+from timers.core.times import format_ms, parse_ms, to_ms
 
 __all__ = [
     "AT_MAX_PAST_MS",
@@ -215,9 +212,9 @@ def _schedule_errors(s: Schedule) -> list[FieldError]:
                 return [FieldError("schedule.seconds", f"must be between 1 and {MAX_SECONDS}")]
         case CronSchedule(expression, timezone):
             errors = []
-            if problem := _cron_syntax_error(expression):
+            if problem := cron_syntax_error(expression):
                 errors.append(FieldError("schedule.expression", problem))
-            if problem := _timezone_error(timezone):
+            if problem := timezone_error(timezone):
                 errors.append(FieldError("schedule.timezone", problem))
             return errors
     return []
@@ -226,75 +223,6 @@ def _schedule_errors(s: Schedule) -> list[FieldError]:
 # Years 1..9998 keep every derived datetime inside what ``datetime`` can represent.
 _MIN_MS = to_ms(datetime(1, 1, 2, tzinfo=UTC))
 _MAX_MS = to_ms(datetime(9998, 12, 31, tzinfo=UTC))
-
-
-class _CronField(NamedTuple):
-    name: str
-    low: int
-    high: int
-    names: str = ""  # symbolic values, space separated; the i-th means low + i
-
-    def value(self, text: str) -> int:
-        if text.isdigit() and self.low <= int(text) <= self.high:
-            return int(text)
-        names = self.names.split()
-        if text.upper() in names:
-            return self.low + names.index(text.upper())
-        hint = f" or {names[0]}-{names[-1]}" if names else ""
-        raise ValueError(f"{text!r} is not in {self.low}-{self.high}{hint}")
-
-
-_CRON_FIELDS = (
-    _CronField("minute", 0, 59),
-    _CronField("hour", 0, 23),
-    _CronField("day-of-month", 1, 31),
-    _CronField("month", 1, 12, "JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC"),
-    _CronField("day-of-week", 0, 7, "SUN MON TUE WED THU FRI SAT"),
-)
-_CRON_ITEM = re.compile(r"(?:\*|([0-9A-Za-z]+)(?:-([0-9A-Za-z]+))?)(?:/([0-9]+))?")
-
-
-def _cron_syntax_error(expression: str) -> str | None:
-    """Check standard 5-field cron strictly ourselves.
-
-    cronsim also accepts a seconds field and Quartz-style ``L``, ``W`` and ``#``; the contract
-    promises standard cron, so those are rejected here rather than silently meaning something.
-    """
-    if expression.strip().startswith("@"):
-        return "macros such as @daily are not supported; use 5 fields, e.g. '0 0 * * *'"
-    parts = expression.split()
-    if len(parts) != 5:
-        return f"expected 5 fields (minute hour day-of-month month day-of-week), got {len(parts)}"
-    for text, field in zip(parts, _CRON_FIELDS, strict=True):
-        try:
-            for item in text.split(","):
-                _check_cron_item(item, field)
-        except ValueError as exc:
-            return f"bad {field.name} field {text!r}: {exc}"
-    return None
-
-
-def _check_cron_item(item: str, field: _CronField) -> None:
-    match = _CRON_ITEM.fullmatch(item)
-    if match is None:
-        raise ValueError("expected *, a value or a range, each optionally /step, e.g. 1-5 or */15")
-    first, last, step = match.groups()
-    values = [field.value(v) for v in (first, last) if v is not None]
-    if values != sorted(values):
-        raise ValueError("range runs backwards")
-    if step is not None and int(step) == 0:
-        raise ValueError("step must be at least 1")
-
-
-def _timezone_error(name: str) -> str | None:
-    # "localtime" is whatever the host is set to, not an IANA name.
-    if name != "localtime":
-        try:
-            ZoneInfo(name)
-            return None
-        except (ZoneInfoNotFoundError, ValueError, OSError):
-            pass
-    return f"unknown IANA time zone {name!r}, e.g. 'Europe/Berlin' or 'UTC'"
 
 
 # --------------------------------------------------------------------------- validation
@@ -354,7 +282,7 @@ def next_fire(plan: Plan, after_ms: int) -> int | None:
         floor = max(after_ms, plan.anchor_ms)
         if plan.start_ms is not None:
             floor = max(floor, plan.start_ms - 1)
-        due = next(_cron_forward(s, floor), None)
+        due = next(cron_forward(s.expression, s.timezone, floor), None)
     else:
         due = _one_shot_due(plan)
         due = due if due > after_ms else None
@@ -388,7 +316,7 @@ def latest_due(plan: Plan, cursor_ms: int, now_ms: int) -> int:
     latest = cursor_ms
     # Reverse iteration yields real occurrences except around a fall-back fold, where local
     # wall-time order and real order disagree; only a confirmed occurrence is a safe start.
-    candidate = next(_cron_backward(s, limit), None)
+    candidate = next(cron_backward(s.expression, s.timezone, limit), None)
     if candidate is not None and latest < candidate and next_fire(plan, candidate - 1) == candidate:
         latest = candidate
     while (later := next_fire(plan, latest)) is not None and later <= limit:
@@ -436,111 +364,3 @@ def _within(plan: Plan, due: int) -> bool:
 def _series(plan: Plan, s: EverySchedule) -> tuple[int, int]:
     period = round(s.seconds * 1000)
     return period, plan.anchor_ms + period if plan.start_ms is None else plan.start_ms
-
-
-# Cron across time zones. cronsim (like Debian cron) treats a job whose minute and hour are both
-# fixed as a wall-clock job: it steps in local time, moves a skipped time to the first minute
-# after the jump and takes the first pass of a repeated one. Every other job ("interval" job)
-# fires at each real minute whose local wall time matches. cronsim's zone-aware stepping gets
-# those wrong when the offset shifts by 30 minutes (Lord Howe: "30 * * * *" skips 02:30 after
-# the jump, and its answer depends on where the search starts), so interval jobs are matched
-# here span by span: within a span of constant UTC offset it is plain calendar matching, which
-# cronsim does without a zone.
-
-_DAY_MS = 86_400_000  # scan step for offset changes: tzdata has none within a week of another
-
-
-@lru_cache(maxsize=1024)
-def _zone(name: str) -> ZoneInfo:
-    return ZoneInfo(name)
-
-
-def _is_wall_clock_job(expression: str) -> bool:
-    """cronsim's own test for applying Debian cron's daylight-saving rules."""
-    minute, hour = expression.split()[:2]
-    return not minute.startswith("*") and not hour.startswith("*")
-
-
-def _cron_forward(s: CronSchedule, after_ms: int) -> Iterator[int]:
-    """Occurrences strictly after ``after_ms``, ascending."""
-    zone = _zone(s.timezone)
-    if _is_wall_clock_job(s.expression):
-        # Started inside the second pass of a fall-back fold, cronsim can yield the fold's
-        # first-pass instant, which lies before the start: drop it.
-        for dt in _cronsim(s.expression, from_ms(after_ms).astimezone(zone)):
-            if (due := to_ms(dt)) > after_ms:
-                yield due
-        return
-    bound, span_start = after_ms, after_ms + 1  # search (bound, ...) with span_start's offset
-    while True:
-        offset = _offset_ms(zone, span_start)
-        wall = next(_cronsim_wall(s.expression, bound + offset), None)
-        if wall is None:
-            return
-        change = _offset_change(zone, span_start, wall - offset)
-        if change is None:
-            yield wall - offset
-            bound, span_start = wall - offset, wall - offset + 1
-        else:
-            bound, span_start = change - 1, change
-
-
-def _cron_backward(s: CronSchedule, bound_ms: int) -> Iterator[int]:
-    """Occurrence candidates at or before ``bound_ms``, descending (to be confirmed forward)."""
-    zone = _zone(s.timezone)
-    if _is_wall_clock_job(s.expression):
-        # cronsim's reverse search is strictly before its start; +1 ms makes the bound inclusive.
-        for dt in _cronsim(s.expression, from_ms(bound_ms + 1).astimezone(zone), reverse=True):
-            if (due := to_ms(dt)) <= bound_ms:
-                yield due
-        return
-    while True:
-        offset = _offset_ms(zone, bound_ms)
-        wall = next(_cronsim_wall(s.expression, bound_ms + offset + 1, reverse=True), None)
-        if wall is None:
-            return
-        change = _offset_change(zone, bound_ms, wall - offset)
-        if change is None:
-            yield wall - offset
-            bound_ms = wall - offset - 1
-        else:
-            bound_ms = change
-
-
-def _cronsim(expression: str, start: datetime, reverse: bool = False) -> Iterator[datetime]:
-    """cronsim's matches strictly after (or before) ``start``; none for an impossible date."""
-    try:
-        yield from CronSim(expression, start, reverse)
-    except CronSimError:
-        return  # syntactically fine but matches no date at all, e.g. "0 0 30 2 *"
-    except (OverflowError, ValueError):
-        return  # the search ran past the year 9999 (or before 1): no occurrence there
-
-
-def _cronsim_wall(expression: str, wall_ms: int, reverse: bool = False) -> Iterator[int]:
-    """Calendar matches in zone-less wall-clock milliseconds."""
-    for dt in _cronsim(expression, from_ms(wall_ms).replace(tzinfo=None), reverse):
-        yield to_ms(dt.replace(tzinfo=UTC))
-
-
-def _offset_ms(zone: ZoneInfo, ms: int) -> int:
-    offset = from_ms(ms).astimezone(zone).utcoffset()
-    assert offset is not None  # a ZoneInfo always has one
-    return offset // timedelta(milliseconds=1)
-
-
-def _offset_change(zone: ZoneInfo, origin_ms: int, to_ms_: int) -> int | None:
-    """The instant nearest ``origin_ms``, going towards ``to_ms_`` (inclusive), whose UTC offset
-    differs from the origin's; None if the offset holds all the way."""
-    same = _offset_ms(zone, origin_ms)
-    step = _DAY_MS if to_ms_ >= origin_ms else -_DAY_MS
-    near = origin_ms
-    while near != to_ms_:
-        far = min(near + step, to_ms_) if step > 0 else max(near + step, to_ms_)
-        if _offset_ms(zone, far) != same:
-            while abs(far - near) > 1:  # bisect down to the millisecond
-                mid = (near + far) // 2
-                near, far = (mid, far) if _offset_ms(zone, mid) == same else (near, mid)
-            return far
-        near = far
-    return None

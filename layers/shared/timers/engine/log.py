@@ -26,9 +26,9 @@ from typing import Any, cast
 
 from botocore.exceptions import ClientError
 
-from timers.adapters.dynamodb import LowLevelClient, condition_failed
 from timers.core.errors import ConcurrentUpdate
 from timers.engine.entries import Entry, EntryRef
+from timers.store.dynamodb import LowLevelClient, condition_failed
 
 CHUNK = 50
 """Entries per conditional write: DynamoDB counts ~4 operators per recorded entry and allows

@@ -27,7 +27,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from timers.adapters.timers_table import MissingPayload, TimerStore
 from timers.core.schedule import is_recurring
 from timers.core.timer import Timer
 from timers.engine import keys
@@ -36,6 +35,7 @@ from timers.engine.entries import Cursor, drive, walk
 from timers.engine.index import BucketIndex, Card, member_of
 from timers.engine.log import FireLog
 from timers.engine.wake import Listing, WakeItem, WakeStore, shards_of
+from timers.store.timers_table import MissingPayload, TimerStore
 
 log = logging.getLogger(__name__)
 

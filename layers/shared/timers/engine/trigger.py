@@ -34,8 +34,6 @@ from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError
 from pynamodb.exceptions import PynamoDBException
 
-from timers.adapters.timers_table import TimerStore
-from timers.adapters.usage import FINISHED, count_fires
 from timers.core.lag import lateness_ms
 from timers.core.schedule import is_recurring
 from timers.core.timer import Timer
@@ -57,7 +55,9 @@ from timers.engine.entries import (
 )
 from timers.engine.index import RUN_BEAT_MS, BucketIndex, Card
 from timers.engine.log import CHUNK, MAX_DEPTH, FireLog, chunks
-from timers.sending import Delivery, Sender, SqsPort
+from timers.engine.sending import Delivery, Sender, SqsPort
+from timers.store.timers_table import TimerStore
+from timers.tenancy.usage import FINISHED, count_fires
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from timers.adapters.dynamodb import LowLevelClient
+from timers.store.dynamodb import LowLevelClient
 
 WAKE_SHARDS = 64
 """Hash keys of the listings; BucketCount must divide it (each bucket reads 64 / count)."""

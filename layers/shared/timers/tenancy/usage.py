@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from timers.adapters.dynamodb import LowLevelClient
 from timers.core.lag import LAG_LEVELS, lag_level, lateness_ms
+from timers.store.dynamodb import LowLevelClient
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from typing import Any
 from timers.core.schedule import schedule_to_dict
 from timers.core.timer import Timer, fire_id
 from timers.core.times import format_ms
-from timers.core.webhooks import DeliveryState
+from timers.core.webhook_attempts import DeliveryState
 from timers.engine.entries import Entry
 
 STATUS_OF: dict[str, str] = {"p": "pending", "d": "enqueued", "f": "failed"}

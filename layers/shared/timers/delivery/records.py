@@ -13,10 +13,10 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from timers.adapters.dynamodb import LowLevelClient, condition_failed
-from timers.core.webhooks import DeliveryState
+from timers.core.webhook_attempts import DeliveryState
 from timers.engine.entries import EntryRef
 from timers.engine.log import TTL, TTL_MARGIN_S, Fields, from_map, to_map
+from timers.store.dynamodb import LowLevelClient, condition_failed
 
 RECORD = "w"  # the attribute that holds the record
 FIELDS: Fields = {

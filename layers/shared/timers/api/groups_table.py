@@ -18,7 +18,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from timers.adapters.dynamodb import LowLevelClient, condition_failed
+from timers.store.dynamodb import LowLevelClient, condition_failed
 
 
 @dataclass(frozen=True)

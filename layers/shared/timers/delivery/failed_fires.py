@@ -17,9 +17,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from timers import aws
-from timers.adapters.dynamodb import LowLevelClient, condition_failed
 from timers.core.failures import FailedFire, sort_key
+from timers.store import aws
+from timers.store.dynamodb import LowLevelClient, condition_failed
 
 TTL_ATTRIBUTE = "expires_at"
 QUERY_PAGE = 100  # items a Query returns at most per call

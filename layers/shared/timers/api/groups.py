@@ -17,15 +17,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from timers.adapters.groups import GroupRecord, GroupStore
-from timers.adapters.tenants import Tenant
+from timers.api.cursors import decode_cursor, encode_cursor
+from timers.api.groups_table import GroupRecord, GroupStore
 from timers.core import timer as timers
 from timers.core.errors import ConcurrentUpdate, InvalidInput, InvalidState, NotFound
 from timers.core.groups import ACTIONS, Action, check_name
 from timers.core.timer import Timer
 from timers.core.times import format_ms
 from timers.engine.changes import CREATE_MS, Changes
-from timers.service import decode_cursor, encode_cursor
+from timers.tenancy.table import Tenant
 
 log = logging.getLogger(__name__)
 

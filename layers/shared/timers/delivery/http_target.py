@@ -26,14 +26,14 @@ from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from timers.core.webhooks import (
+from timers.core.webhook_attempts import (
     ANSWER_KEPT_BYTES,
     ATTEMPT_TIMEOUT_S,
     RESPONSE_BODY_MAX,
     Attempt,
-    address_allowed,
     parse_retry_after,
 )
+from timers.core.webhooks import address_allowed
 
 Resolver = Callable[[str, int], list[str]]
 USER_AGENT = "timers-webhooks/1"

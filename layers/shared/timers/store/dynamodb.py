@@ -1,5 +1,5 @@
-"""What the DynamoDB adapters share: pynamodb models bound to a table, the low-level client
-built on first use, and how a failed call is read."""
+"""What the code of every DynamoDB table shares: pynamodb models bound to a table, the
+low-level client built on first use, and how a failed call is read."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, TypeVar, cast
 
 from pynamodb.models import Model
 
-from timers import aws
+from timers.store import aws
 
 aws.share_with_pynamodb()  # every model's connection: the service data parsed once
 
@@ -30,7 +30,8 @@ def bound_model(schema: type[M], table: str, **settings: Any) -> type[M]:
 
 class LowLevelClient:
     """``self.client``: the one given, else boto3's, built on first use - once per cold start,
-    not at import (handlers import adapters before their environment is complete in tests)."""
+    not at import (handlers import the tables' code before their environment is complete in
+    tests)."""
 
     _client: Any = None
 

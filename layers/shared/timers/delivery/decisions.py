@@ -1,4 +1,5 @@
-"""The delivery function's work: POST each webhook message of a batch, decide what comes next.
+"""The delivery function's work on one message: POST its fire, decide what comes next (a batch
+of them: timers.delivery.batches).
 
 A message on the delivery queue is one fire of an HTTP target (the trigger put it there): its
 body is the callback exactly as it is POSTed, its attributes say where to (``target``), whose
@@ -6,7 +7,7 @@ it is (``tenant``, for the signing secrets) and which claim entry it belongs to 
 
 Per message: read the fire's delivery record (a settled one means this is a duplicate: drop
 it); take a slot of the tenant's caps (per origin, and across its origins; a batch's messages
-to one origin take theirs together, :func:`deliver_batch`); none free: the message is sent
+to one origin take theirs together: timers.delivery.batches); none free: the message is sent
 again with a delay (growing with each deferral) and this copy deleted - no attempt counted,
 and a fresh message, so waiting for a slot never adds to the receive count that moves a
 message to the DLQ; sign and POST; count the attempt in the record; then
@@ -19,7 +20,7 @@ message to the DLQ; sign and POST; count the attempt in the record; then
 - anything else (3xx, other 4xx, a blocked address): failed at once.
 
 A failed fire is recorded in the tenant's failed fires (with the message, so it can be
-redelivered: :mod:`timers.failures`) and its message sent to the dead-letter queue (with the
+redelivered: :mod:`timers.api.failures`) and its message sent to the dead-letter queue (with the
 reason) and deleted. A redelivered message (attribute ``redelivered``) reopens a record that
 failed before its redelivery, whether or not the api's own reopening got there first. A
 message the function itself keeps failing on (it crashes, times out) is moved by the queue's
@@ -35,49 +36,33 @@ from __future__ import annotations
 import logging
 import math
 import random
-import threading
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from functools import partial
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from timers.adapters.target_slots import Held
-from timers.adapters.usage import add_quietly, month_of
-from timers.core.errors import trace_frames
 from timers.core.failures import FailedFire, redelivered_at
-from timers.core.numbers import ascii_int
 from timers.core.timer import fire_due_ms, fire_timer_id
-from timers.core.webhooks import (
-    RETRY_FOR_MS,
+from timers.core.webhook_attempts import (
     Attempt,
     DeliveryState,
-    RetryPolicy,
-    Webhook,
-    gives_up,
     retry_wait_s,
     signed_headers,
     verdict,
 )
+from timers.core.webhooks import RETRY_FOR_MS, RetryPolicy, Webhook, gives_up
+from timers.delivery.messages import (
+    DEAD_LETTERED,
+    Message,
+    Outcome,
+    defer_wait_s,
+    deferrals,
+    parse_claim,
+)
+from timers.delivery.target_slots import Held
 from timers.engine.entries import EntryRef
+from timers.tenancy.usage import add_quietly, month_of
 
 log = logging.getLogger(__name__)
-
-DEFER_FIRST_S = 2
-DEFER_MAX_S = 300
-"""A message deferred for the caps comes back after 1-2 s, then twice as long each time it is
-deferred again (equal jitter), at most 5 minutes: a tenant's backlog behind a slow origin
-costs few receives while it waits, instead of cycling every few seconds through the delivery
-function every tenant shares."""
-DEFERRALS = "deferrals"  # the message attribute counting them
-
-DEAD_LETTERED = "dead_lettered"
-"""The reason of a fire whose message SQS moved off the delivery queue (maxReceiveCount)."""
-
-BATCH_WORKERS = 10  # one per message of a full SQS batch
-ROUNDS = 2
-"""A batch's slot POSTs at most this many of its messages in turn (the rest are deferred):
-with each attempt bounded by its timeout (10 s), a batch ends well within the function's."""
 
 
 class DeliveryRecords(Protocol):
@@ -96,34 +81,6 @@ class Slots(Protocol):
     def release(self, held: Held | None) -> None: ...  # never raises: a window ends a slot
 
 
-@dataclass(frozen=True)
-class Message:
-    """One SQS record, as much of it as delivery needs."""
-
-    message_id: str
-    receipt_handle: str
-    body: str
-    attributes: Mapping[str, str]  # message attributes (String values)
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> Message:
-        attrs = {
-            name: str(value.get("stringValue", ""))
-            for name, value in (record.get("messageAttributes") or {}).items()
-        }
-        return cls(record["messageId"], record["receiptHandle"], record["body"], attrs)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What to do with a message: delete it (``retry_in_s`` None) or let it come back."""
-
-    verdict: str  # delivered | retry | deferred | failed | duplicate | invalid | dead_lettered
-    retry_in_s: int | None = None
-    reason: str | None = None
-    recorded: bool = False  # this copy's delivery record won: its verdict is the fire's (usage)
-
-
 @dataclass
 class DeliveryDeps:
     records: DeliveryRecords
@@ -136,36 +93,7 @@ class DeliveryDeps:
     clock: Callable[[], int]  # epoch ms
     jitter: Callable[[], float] = random.random
     retry_for_ms: int = RETRY_FOR_MS
-    usage: Any = None  # the tenants' usage counters (timers.adapters.usage; None: not counted)
-
-
-@dataclass
-class BatchReport:
-    outcomes: dict[str, Outcome] = field(default_factory=dict)
-
-    def count(self, verdict_: str) -> int:
-        return sum(1 for o in self.outcomes.values() if o.verdict == verdict_)
-
-
-def _error(exc: BaseException) -> dict[str, Any]:
-    """What a log line says of an error: its type and where, never its message (which can
-    quote the message's target and its header values, a token typically)."""
-    return {"error": type(exc).__name__, "trace": trace_frames(exc)}
-
-
-def parse_claim(text: str) -> EntryRef | None:
-    key, _, name = text.partition(" ")
-    return (key, name) if key and name else None
-
-
-def defer_wait_s(deferrals: int, jitter: float) -> int:
-    """Seconds until a message deferred ``deferrals`` times before comes back (>= 1)."""
-    ceiling = min(DEFER_MAX_S, DEFER_FIRST_S * 2 ** min(deferrals, 20))
-    return max(1, round(ceiling / 2 + ceiling / 2 * jitter))
-
-
-def deferrals(message: Message) -> int:
-    return ascii_int(message.attributes.get(DEFERRALS, "")) or 0
+    usage: Any = None  # the tenants' usage counters (timers.tenancy.usage; None: not counted)
 
 
 @dataclass(frozen=True)
@@ -365,112 +293,6 @@ def _attempt(
     return deps.post(target.url, body, headers)
 
 
-class _Share:
-    """The slots one batch took for its messages to one (tenant, origin): at most ``count``
-    of them POST at once, and the slots are given back when the last is done."""
-
-    def __init__(self, held: Held, messages: int, slots: Slots) -> None:
-        self.held, self.slots = held, slots
-        self.gate = threading.BoundedSemaphore(held.count)
-        self.left, self.lock = messages, threading.Lock()
-
-    def post(self, ready: Ready, deps: DeliveryDeps) -> Outcome:
-        try:
-            with self.gate:
-                return post(ready, deps)
-        finally:
-            with self.lock:
-                self.left -= 1
-                last = self.left == 0
-            if last:
-                self.slots.release(self.held)
-
-
-def deliver_batch(messages: Sequence[Message], deps: DeliveryDeps) -> BatchReport:
-    """Every message of a batch at once: one slow target holds up only its own messages.
-
-    The messages to one origin take their slots together (one write per cap, and one to give
-    them back): as many as are free, each slot serving at most ROUNDS of them in turn; the
-    rest are deferred, as when no slot is free."""
-    report = BatchReport()
-    if not messages:
-        return report
-
-    def guarded(message: Message, step: Callable[[], Outcome | Ready]) -> Outcome | Ready:
-        try:
-            return step()
-        except Exception as exc:  # left on the queue: it comes back after its visibility timeout
-            log.error("delivery failed", extra={"message_id": message.message_id, **_error(exc)})
-            return Outcome("error")
-
-    with ThreadPoolExecutor(min(BATCH_WORKERS, len(messages))) as pool:
-        checked = list(pool.map(lambda m: guarded(m, lambda: check(m, deps)), messages))
-        groups: dict[tuple[str, str], list[Ready]] = {}
-        for result in checked:
-            if isinstance(result, Ready):
-                groups.setdefault((result.tenant, result.target.origin), []).append(result)
-        pending: dict[str, Future[Outcome | Ready]] = {}
-        for runs in pool.map(lambda group: _assign(group, deps), groups.values()):
-            for ready, run in runs:
-                message = ready.message
-                pending[message.message_id] = pool.submit(guarded, message, run)
-        outcomes = {m.message_id: r for m, r in zip(messages, checked, strict=True)}
-        outcomes.update({message_id: future.result() for message_id, future in pending.items()})
-    report.outcomes = {k: v for k, v in outcomes.items() if isinstance(v, Outcome)}
-    _count(checked, report.outcomes, deps)
-    return report
-
-
-def _count(
-    checked: Sequence[Outcome | Ready], outcomes: Mapping[str, Outcome], deps: DeliveryDeps
-) -> None:
-    """Add the batch's delivered and failed fires to their tenants' usage (one ADD each):
-    those whose record this batch wrote, so two copies of one fire count once."""
-    if deps.usage is None:
-        return
-    counts: dict[str, dict[str, int]] = {}
-    for ready in checked:
-        if not isinstance(ready, Ready):
-            continue
-        outcome = outcomes.get(ready.message.message_id, Outcome("error"))
-        if outcome.recorded and outcome.verdict in ("delivered", "failed"):
-            counts.setdefault(ready.tenant, {"delivered": 0, "failed": 0})[outcome.verdict] += 1
-    _add_usage(counts, deps)
-
-
-def _add_usage(counts: Mapping[str, Mapping[str, int]], deps: DeliveryDeps) -> None:
-    """One ADD per tenant of this month."""
-    if deps.usage is None:
-        return
-    month = month_of(deps.clock())
-    for tenant, given in counts.items():
-        add_quietly(deps.usage, tenant, month, given)
-
-
-def deliver(message: Message, deps: DeliveryDeps) -> Outcome:
-    """One message, delivered as a batch of one."""
-    return deliver_batch([message], deps).outcomes[message.message_id]
-
-
-def _assign(group: list[Ready], deps: DeliveryDeps) -> list[tuple[Ready, Callable[[], Outcome]]]:
-    """What each message to one (tenant, origin) does: POST under the slots the group took, or
-    wait for a slot another time (or stay on the queue, if the slots could not be asked)."""
-    if deps.slots is None:
-        return [(ready, partial(post, ready, deps)) for ready in group]
-    tenant, origin = group[0].tenant, group[0].target.origin
-    try:
-        held = deps.slots.acquire(tenant, origin, deps.clock(), len(group))
-    except Exception as exc:  # left on the queue, as any error
-        log.error("slots unavailable", extra={"tenant": tenant, **_error(exc)})
-        return [(ready, partial(Outcome, "error")) for ready in group]
-    served = min(len(group), held.count * ROUNDS) if held is not None else 0
-    runs: list[tuple[Ready, Callable[[], Outcome]]] = []
-    if held is not None:
-        share = _Share(held, served, deps.slots)
-        runs += [(ready, partial(share.post, ready, deps)) for ready in group[:served]]
-    return runs + [(ready, partial(no_slot, ready, deps)) for ready in group[served:]]
-
-
 def settle_redriven(message: Message, deps: DeliveryDeps) -> Outcome:
     """A message SQS moved to the redrive queue after maxReceiveCount receives: the function
     kept failing on it (crashed, timed out), so nothing recorded why. Its fire fails
@@ -492,56 +314,16 @@ def settle_redriven(message: Message, deps: DeliveryDeps) -> Outcome:
             if not deps.records.write_delivery(ref, failed, before):
                 raise RuntimeError("delivery record changed meanwhile")
             # counted by the write that failed it, before anything that may send it round again
-            _add_usage({message.attributes.get("tenant", ""): {"failed": 1}}, deps)
+            add_usage({message.attributes.get("tenant", ""): {"failed": 1}}, deps)
             _record_failure(message, failed, deps)
     deps.dead_letter(message, reason)
     return Outcome("dead_lettered", reason=reason)
 
 
-def settle_batch(messages: Sequence[Message], deps: DeliveryDeps) -> BatchReport:
-    """The redrive queue's batch, one message at a time (it is rare and each is quick)."""
-    report = BatchReport()
-    for message in messages:
-        try:
-            report.outcomes[message.message_id] = settle_redriven(message, deps)
-        except Exception as exc:  # left on the redrive queue: tried again after its timeout
-            log.error("settling failed", extra={"message_id": message.message_id, **_error(exc)})
-            report.outcomes[message.message_id] = Outcome("error")
-    return report
-
-
-def _attributes(message: Message, **extra: str) -> dict[str, Any]:
-    values = {**message.attributes, **extra}
-    return {
-        name: {"DataType": "String", "StringValue": value}
-        for name, value in values.items()
-        if value
-    }
-
-
-def dead_letter_body(message: Message, reason: str) -> dict[str, Any]:
-    """The DLQ copy: the callback body unchanged, with the reason as an attribute."""
-    return {
-        "MessageBody": message.body,
-        "MessageAttributes": _attributes(message, reason=reason[:1_000]),
-    }
-
-
-def requeue_body(message: Message, delay_s: int) -> dict[str, Any]:
-    """A deferred message sent again: unchanged but for its deferral count, back in ``delay_s``
-    (SQS's DelaySeconds: at most 15 minutes)."""
-    count = str(deferrals(message) + 1)
-    return {
-        "MessageBody": message.body,
-        "MessageAttributes": _attributes(message, **{DEFERRALS: count}),
-        "DelaySeconds": min(delay_s, 900),
-    }
-
-
-VERDICTS = ("delivered", "retry", "deferred", "failed", "duplicate", "invalid", "dead_lettered",
-            "error")  # fmt: skip
-"""Every verdict an Outcome can carry: the delivery function's metrics, one per verdict."""
-
-
-def summary(report: BatchReport) -> dict[str, int]:
-    return {v: report.count(v) for v in VERDICTS if report.count(v)}
+def add_usage(counts: Mapping[str, Mapping[str, int]], deps: DeliveryDeps) -> None:
+    """One ADD per tenant of this month."""
+    if deps.usage is None:
+        return
+    month = month_of(deps.clock())
+    for tenant, given in counts.items():
+        add_quietly(deps.usage, tenant, month, given)

@@ -13,10 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from timers.adapters.delivery_records import DeliveryRecords
-from timers.adapters.failed_fires import FailedFireStore
-from timers.adapters.tenants import Tenant
-from timers.adapters.timers_table import TimerStore
+from timers.api.cursors import decode_cursor, encode_cursor
 from timers.core.errors import FieldError, InvalidInput, InvalidState, NotFound
 from timers.core.failures import (
     KEY_MAX_MS,
@@ -25,9 +22,12 @@ from timers.core.failures import (
     key_range,
 )
 from timers.core.timer import Timer, fire_due_ms, fire_timer_id
+from timers.delivery.failed_fires import FailedFireStore
+from timers.delivery.records import DeliveryRecords
 from timers.engine.entries import ref_of
 from timers.engine.log import FireLog
-from timers.service import decode_cursor, encode_cursor
+from timers.store.timers_table import TimerStore
+from timers.tenancy.table import Tenant
 
 REDELIVER_ALL_MAX = 100
 """Fires one ``fires:redeliver`` request redelivers at most; call it again for more."""

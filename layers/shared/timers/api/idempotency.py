@@ -17,8 +17,8 @@ from pynamodb.attributes import NumberAttribute, TTLAttribute, UnicodeAttribute
 from pynamodb.exceptions import PutError
 from pynamodb.models import Model
 
-from timers.adapters.dynamodb import bound_model, failed_because
 from timers.core.times import from_ms
+from timers.store.dynamodb import bound_model, failed_because
 
 IDEMPOTENCY_TTL = timedelta(hours=24)
 

@@ -24,12 +24,12 @@ from pynamodb.expressions.update import Action
 from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
-from timers.adapters.dynamodb import LowLevelClient, bound_model, failed_because
 from timers.core.errors import ConcurrentUpdate
 from timers.core.groups import group_of, index_key
 from timers.core.schedule import schedule_from_dict, schedule_to_dict
 from timers.core.timer import Timer
 from timers.core.webhooks import RetryPolicy, Webhook
+from timers.store.dynamodb import LowLevelClient, bound_model, failed_because
 
 GROUP_INDEX = "by_group"
 """The table's index of grouped timers: key ``grp`` (``<tenant>#<group>``, set only on a timer

@@ -1,8 +1,5 @@
-"""Tenants and their API keys (DynamoDB, one table keyed by ``pk``).
+"""A tenant's API keys, in the tenants table (timers.tenancy.table).
 
-- ``TENANT#<name>``: the tenant, its callback queue and the extra queues it may target.
-  It also holds the tenant's webhook signing secrets (``whsec_...``, newest first; during a
-  rotation the previous one signs too until its ``until``).
 - ``KEY#<sha256 of the key>``: one API key. Keys are stored only as hashes and never logged;
   the ``key_id`` (first characters of the key) lets an operator tell keys apart. It is the
   tenant's only: a key whose first characters another key of the tenant has (keys an admin
@@ -13,8 +10,7 @@
   registered before the list existed is added to it when next used, even past KEYS_MAX: it
   exists already, and hidden from the list its tenant could neither see nor revoke it.
 - ``REVOCATIONS``: how many keys were ever revoked. An api sandbox that remembers keys reads it
-  (at most once a second, and only when it is about to trust a remembered key) and forgets
-  every key it remembers when it moved: a revoked key is refused within a second everywhere.
+  (timers.tenancy.auth) and forgets every key it remembers when it moved.
 """
 
 from __future__ import annotations
@@ -22,45 +18,25 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
-import time
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from pynamodb.attributes import NumberAttribute, UnicodeAttribute, UnicodeSetAttribute
 from pynamodb.exceptions import TransactWriteError, UpdateError
-from pynamodb.models import Model
 from pynamodb.transactions import TransactWrite
 
-from timers.adapters.dynamodb import bound_model
-from timers.core.errors import (
-    ConcurrentUpdate,
-    FieldError,
-    InvalidInput,
-    InvalidState,
-    NotFound,
-    RateLimited,
+from timers.core.errors import ConcurrentUpdate, FieldError, InvalidInput, InvalidState, NotFound
+from timers.tenancy.table import (
+    ApiKeyItem,
+    Tenant,
+    TenantItem,
+    TenantsTable,
+    tenant_pk,
+    to_tenant,
 )
-from timers.core.timer import TENANT_NAME
-from timers.core.webhooks import new_secret
 
-DEFAULT_RATE_LIMIT_PER_S = 50
-DEFAULT_SPREAD = 8
-"""Partitions a tenant's timers share (timers.engine.entries.partition_for): one tenant's burst
-occupies at most this many Redis buckets and claim items per second. A tenant whose bursts
-exceed ~50 timers per partition and second (a claim write's chunk) gets more."""
 KEY_PREFIX = "tk_"
-ROTATION_WINDOW_MS = 24 * 3_600_000
-"""How long a rotated-out webhook secret keeps signing: consumers switch within it."""
-AUTH_CACHE_MS = 30_000
-"""An api sandbox remembers a key's tenant this long (a tenant's changes reach it within it)."""
-REVOCATION_CHECK_MS = 1_000
-"""How often a sandbox that trusts remembered keys reads the revocation count: a revoked key
-is refused within this, in every sandbox (one consistent read, 1 RRU, per busy sandbox-second)."""
 REVOCATIONS_PK = "REVOCATIONS"
-AUTH_CACHE_SIZE = 10_000
-"""Keys remembered per api sandbox, of each kind (naming a tenant, naming none)."""
 KEYS_MAX = 10
 """API keys a tenant keeps at most."""
 KEY_ID_CHARS = 10
@@ -83,77 +59,6 @@ LABEL_MAX = 128
 LAST_USED_EVERY_MS = 60_000
 """A key's ``last_used_at`` is written when a lookup finds it older than this: a lookup
 happens once per key and api sandbox per AUTH_CACHE_MS, so it is right to about a minute."""
-
-
-class TenantItem(Model):
-    """The schemas of the tenants table's items (this one, ApiKeyItem, RevocationsItem); a
-    TenantStore binds them to its table."""
-
-    pk = UnicodeAttribute(hash_key=True)
-    name = UnicodeAttribute()
-    callback_queue_url = UnicodeAttribute()
-    allowed_queue_urls = UnicodeSetAttribute(null=True)
-    rate_limit_per_s = NumberAttribute(default=DEFAULT_RATE_LIMIT_PER_S)
-    spread = NumberAttribute(default=DEFAULT_SPREAD)
-    created_ms = NumberAttribute()
-    # JSON list, newest first: [{"s": "whsec_...", "until": ms or null}, ...]
-    webhook_secrets = UnicodeAttribute(null=True)
-    # JSON list, oldest first: [{"id": key_id, "h": sha256, "c": created ms, "l": label}, ...]
-    api_keys = UnicodeAttribute(null=True)
-
-
-class ApiKeyItem(Model):
-    pk = UnicodeAttribute(hash_key=True)
-    tenant = UnicodeAttribute()
-    key_id = UnicodeAttribute()
-    created_ms = NumberAttribute()
-    label = UnicodeAttribute(null=True)
-    last_used_ms = NumberAttribute(null=True)
-
-
-class RevocationsItem(Model):
-    pk = UnicodeAttribute(hash_key=True)
-    revoked = NumberAttribute(default=0)
-
-
-@dataclass(frozen=True)
-class TenantModels:
-    """The models on one tenants table."""
-
-    tenant: type[TenantItem]
-    api_key: type[ApiKeyItem]
-    revocations: type[RevocationsItem]
-
-
-def models_for(table: str) -> TenantModels:
-    return TenantModels(
-        bound_model(TenantItem, table),
-        bound_model(ApiKeyItem, table),
-        bound_model(RevocationsItem, table),
-    )
-
-
-@dataclass(frozen=True)
-class Tenant:
-    name: str
-    callback_queue_url: str
-    allowed_queue_urls: frozenset[str] = field(default_factory=frozenset)
-    rate_limit_per_s: int = DEFAULT_RATE_LIMIT_PER_S
-    spread: int = DEFAULT_SPREAD
-    webhook_secrets: tuple[tuple[str, int | None], ...] = ()  # (secret, until), newest first
-    created_ms: int = 0
-
-    @property
-    def webhook_secret(self) -> str | None:
-        """The current secret (what GET /v1/tenant shows)."""
-        return self.webhook_secrets[0][0] if self.webhook_secrets else None
-
-    def signing_secrets(self, now_ms: int) -> list[str]:
-        """Every secret that signs now: the current one, and one rotated out within its window."""
-        return [s for s, until in self.webhook_secrets if until is None or until > now_ms]
-
-    def may_target(self, queue_url: str) -> bool:
-        return queue_url == self.callback_queue_url or queue_url in self.allowed_queue_urls
 
 
 @dataclass(frozen=True)
@@ -198,61 +103,13 @@ def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _hash(api_key: str) -> str:
+def key_hash(api_key: str) -> str:
     return hashlib.sha256(api_key.encode()).hexdigest()
 
 
-def _tenant_pk(name: str) -> str:
-    return f"TENANT#{name}"
-
-
-def _to_tenant(item: TenantItem) -> Tenant:
-    return Tenant(
-        name=item.name,
-        callback_queue_url=item.callback_queue_url,
-        allowed_queue_urls=frozenset(item.allowed_queue_urls or ()),
-        rate_limit_per_s=int(item.rate_limit_per_s),
-        spread=int(item.spread),
-        webhook_secrets=_secrets(item.webhook_secrets),
-        created_ms=int(item.created_ms or 0),
-    )
-
-
-def _secrets(text: str | None) -> tuple[tuple[str, int | None], ...]:
-    if not text:
-        return ()
-    return tuple((str(e["s"]), e.get("until")) for e in json.loads(text))
-
-
-def _secrets_json(entries: tuple[tuple[str, int | None], ...]) -> str:
-    return json.dumps([{"s": s, "until": until} for s, until in entries])
-
-
-def validate_name(name: str) -> None:
-    if not TENANT_NAME.fullmatch(name):
-        raise InvalidInput(
-            "invalid tenant name",
-            [FieldError("name", "1-40 characters: lower-case letters, digits and '-'")],
-        )
-
-
-class TenantStore:
-    """Tenants, their keys and the revocation count, in one tenants table."""
-
-    def __init__(self, table: str, clock: Callable[[], int] | None = None) -> None:
-        self.models = models_for(table)
-        self.clock = clock or (lambda: time.time_ns() // 1_000_000)
-
-    def signing_secrets(self, name: str, now_ms: int) -> list[str]:
-        """The secrets that sign a tenant's webhooks now (none: no such tenant)."""
-        tenant = self.get_tenant(name)
-        return tenant.signing_secrets(now_ms) if tenant else []
-
-    def get_tenant(self, name: str) -> Tenant | None:
-        try:
-            return _to_tenant(self.models.tenant.get(_tenant_pk(name), consistent_read=True))
-        except self.models.tenant.DoesNotExist:
-            return None
+class ApiKeys(TenantsTable):
+    """A TenantStore's keys: authenticate one, list, create and revoke them, count the
+    revocations."""
 
     def authenticate(self, api_key: str | None) -> Tenant | None:
         """The tenant an API key belongs to, or None for a missing, unknown or revoked key."""
@@ -261,15 +118,15 @@ class TenantStore:
         try:
             # consistent: a replica's stale "still there" just after a revocation would be
             # remembered by this sandbox after it read the moved count
-            key = self.models.api_key.get(f"KEY#{_hash(api_key)}", consistent_read=True)
+            key = self.models.api_key.get(f"KEY#{key_hash(api_key)}", consistent_read=True)
         except self.models.api_key.DoesNotExist:
             return None
         try:
-            item = self.models.tenant.get(_tenant_pk(key.tenant), consistent_read=True)
+            item = self.models.tenant.get(tenant_pk(key.tenant), consistent_read=True)
         except self.models.tenant.DoesNotExist:
             return None
         self._note_use(key, item)
-        return _to_tenant(item)
+        return to_tenant(item)
 
     def _note_use(self, key: ApiKeyItem, tenant: TenantItem) -> None:
         """Keep ``last_used_at`` to about a minute, and list a key from before the list
@@ -325,7 +182,7 @@ class TenantStore:
             tenant = self._get_item(name)
             keys = _keys(tenant.api_keys)
             _check_room(keys)
-            digest = _hash(api_key)
+            digest = key_hash(api_key)
             new = ApiKey(key_id_of(api_key, digest), digest, now_ms, label)
             listed = _distinct([*keys, new])  # its id: the tenant's only
             item = self.models.api_key(
@@ -394,39 +251,6 @@ class TenantStore:
         except self.models.revocations.DoesNotExist:
             return 0
 
-    def put_tenant(self, name: str, callback_queue_url: str, now_ms: int) -> Tenant:
-        """Create the tenant record if absent; an existing tenant is returned unchanged."""
-        validate_name(name)
-        existing = self.get_tenant(name)
-        if existing:
-            if existing.webhook_secret is None:  # a tenant from before webhooks: give it one
-                return self.rotate_secret(name, now_ms, window_ms=0)
-            return existing
-        secret = ((new_secret(), None),)
-        self.models.tenant(
-            _tenant_pk(name),
-            name=name,
-            callback_queue_url=callback_queue_url,
-            created_ms=now_ms,
-            webhook_secrets=_secrets_json(secret),
-        ).save(condition=self.models.tenant.pk.does_not_exist())
-        return Tenant(name=name, callback_queue_url=callback_queue_url, webhook_secrets=secret,
-                      created_ms=now_ms)  # fmt: skip
-
-    def rotate_secret(self, name: str, now_ms: int, window_ms: int = ROTATION_WINDOW_MS) -> Tenant:
-        """A new current webhook secret; the previous one keeps signing for ``window_ms`` (both
-        signatures are sent meanwhile), older ones stop. Conditional on the secrets read, so two
-        rotations at once cannot lose one."""
-        item = self._get_item(name)
-        before = item.webhook_secrets
-        current = _secrets(before)
-        kept = [(s, now_ms + window_ms) for s, until in current[:1] if window_ms > 0]
-        entries = ((new_secret(), None), *kept)
-        held = self.models.tenant.webhook_secrets
-        condition = held.does_not_exist() if before is None else held == before
-        item.update(actions=[held.set(_secrets_json(entries))], condition=condition)
-        return _to_tenant(item)
-
     def add_key(self, name: str, now_ms: int, api_key: str | None = None) -> str:
         """Register a key for the tenant (a new random one unless given) and return it: its
         item and the tenant's list in one transaction, at most KEYS_MAX (InvalidState), as
@@ -436,7 +260,7 @@ class TenantStore:
         if self.get_tenant(name) is None:
             raise NotFound(f"no tenant {name!r}")
         api_key = api_key or KEY_PREFIX + secrets.token_urlsafe(32)
-        digest = _hash(api_key)
+        digest = key_hash(api_key)
 
         def attempt() -> None:
             tenant = self._get_item(name)
@@ -470,7 +294,7 @@ class TenantStore:
         it remembers); returns False if it was unknown. The delete and the count are one
         transaction: a sandbox that sees the new count and looks the key up again finds it
         gone."""
-        digest = _hash(api_key)
+        digest = key_hash(api_key)
         try:
             key = self.models.api_key.get(f"KEY#{digest}", consistent_read=True)
             with TransactWrite(connection=key._get_connection().connection) as tx:
@@ -489,122 +313,6 @@ class TenantStore:
         except (NotFound, UpdateError):
             pass
         return True
-
-    def allow_queue(self, name: str, queue_url: str) -> Tenant:
-        """Let the tenant target an extra queue (it must also be inside the trigger's IAM scope)."""
-        item = self._get_item(name)
-        item.update(actions=[self.models.tenant.allowed_queue_urls.add({queue_url})])
-        return _to_tenant(item)
-
-    def set_spread(self, name: str, spread: int) -> Tenant:
-        """How many buckets the tenant's *new* timers share (existing timers keep theirs)."""
-        if not 1 <= spread <= 4_096:
-            raise InvalidInput("invalid spread", [FieldError("spread", "from 1 to 4096")])
-        item = self._get_item(name)
-        item.update(actions=[self.models.tenant.spread.set(spread)])
-        return _to_tenant(item)
-
-    def set_rate_limit(self, name: str, per_second: int) -> Tenant:
-        """The tenant's API request rate (requests per second, all its keys together)."""
-        if not 1 <= per_second <= 1_000_000:
-            raise InvalidInput("invalid rate", [FieldError("per_second", "from 1 to 1000000")])
-        item = self._get_item(name)
-        item.update(actions=[self.models.tenant.rate_limit_per_s.set(per_second)])
-        return _to_tenant(item)
-
-    def disallow_queue(self, name: str, queue_url: str) -> Tenant:
-        item = self._get_item(name)
-        item.update(actions=[self.models.tenant.allowed_queue_urls.delete({queue_url})])
-        return _to_tenant(item)
-
-    def _get_item(self, name: str) -> TenantItem:
-        try:
-            return self.models.tenant.get(_tenant_pk(name), consistent_read=True)
-        except self.models.tenant.DoesNotExist:
-            raise NotFound(f"no tenant {name!r}") from None
-
-
-class CachedAuthenticator:
-    """``lookup`` (a TenantStore's ``authenticate``) with a per-instance memory of recent
-    answers (hashed keys only), so a busy api reads the tenants table about once per key per
-    AUTH_CACHE_MS, not per request. Before it trusts a remembered key it reads the revocation
-    count (``revocations``, the store's ``revocation_count``), at most once per
-    REVOCATION_CHECK_MS; when the count moved it forgets every key it remembered, so a revoked
-    key is refused within that, whichever process revoked it.
-
-    Keys that name a tenant and keys that do not are remembered apart, each bounded, oldest
-    out first: a flood of made-up keys pushes out only made-up keys. A key not remembered costs
-    a read of the tenants table, so it is looked up only when ``may_look_up()`` allows (the api
-    passes its caller's address's rate); otherwise RateLimited.
-    """
-
-    def __init__(
-        self,
-        clock: Callable[[], int],
-        lookup: Callable[[str | None], Tenant | None],
-        revocations: Callable[[], int],
-        ttl_ms: int = AUTH_CACHE_MS,
-        size: int = AUTH_CACHE_SIZE,
-    ) -> None:
-        self._clock = clock
-        self._lookup = lookup
-        self._ttl_ms = ttl_ms
-        self._size = size
-        self._revocations = revocations
-        self._revoked: int | None = None  # the count last read; None: never read
-        self._revoked_read_ms: int | None = None
-        self._known: OrderedDict[str, tuple[int, Tenant]] = OrderedDict()
-        self._unknown: OrderedDict[str, int] = OrderedDict()
-
-    def __call__(
-        self, api_key: str | None, may_look_up: Callable[[], bool] = lambda: True
-    ) -> Tenant | None:
-        if not api_key:
-            return None
-        digest, now = _hash(api_key), self._clock()
-        if digest in self._known:
-            self._forget_if_revoked(now)
-        if (known := self._known.get(digest)) and now - known[0] < self._ttl_ms:
-            return known[1]
-        if (unknown := self._unknown.get(digest)) is not None and now - unknown < self._ttl_ms:
-            return None
-        if not may_look_up():
-            raise RateLimited("too many new API keys from this address; retry shortly")
-        if self._revoked is None:
-            # Read before the first lookup: a revocation after it moves the count this saw.
-            self._revoked, self._revoked_read_ms = self._revocations(), now
-        tenant = self._lookup(api_key)
-        if tenant is None:
-            self._remember(self._unknown, digest, now)
-            self._known.pop(digest, None)  # revoked
-        else:
-            self._remember(self._known, digest, (now, tenant))
-            self._unknown.pop(digest, None)
-        return tenant
-
-    def _forget_if_revoked(self, now: int) -> None:
-        """Forget every remembered key if a key was revoked since the count was last read."""
-        last = self._revoked_read_ms
-        if last is not None and now - last < REVOCATION_CHECK_MS:
-            return
-        count = self._revocations()
-        if count != self._revoked:
-            self._known.clear()
-        self._revoked, self._revoked_read_ms = count, now
-
-    def _remember(self, memory: OrderedDict[str, Any], digest: str, value: Any) -> None:
-        memory[digest] = value
-        memory.move_to_end(digest)
-        while len(memory) > self._size:
-            memory.popitem(last=False)
-
-
-def summary(tenant: Tenant) -> dict[str, Any]:
-    return {
-        "tenant": tenant.name,
-        "callback_queue_url": tenant.callback_queue_url,
-        "webhook_secret": tenant.webhook_secret,
-    }
 
 
 KEY_WRITE_TRIES = 5
