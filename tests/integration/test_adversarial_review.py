@@ -51,13 +51,13 @@ from timers.engine.entries import fence, partition_for, ref_of
 from timers.engine.fanout import POLL_MS, Fanout
 from timers.engine.index import BucketIndex
 from timers.engine.migrate import run_migrator
+from timers.engine.send import drain_usage
 from timers.engine.trigger import (
     ARM_MS,
     SEND_RESERVE_MS,
     Pace,
     RunMarker,
     TriggerDeps,
-    drain_usage,
     run_trigger,
 )
 from timers.runtime import fanout_deps, migrator_deps, trigger_deps

@@ -33,7 +33,8 @@ from tests.support.clock import T0
 from timers.adapters.usage import UsageCounters
 from timers.core.times import format_ms
 from timers.core.webhooks import Webhook
-from timers.engine.trigger import RunMarker, drain_usage, run_trigger
+from timers.engine.send import drain_usage
+from timers.engine.trigger import RunMarker, run_trigger
 
 pytestmark = pytest.mark.integration
 

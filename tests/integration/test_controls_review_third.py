@@ -29,7 +29,8 @@ from timers.adapters.usage import UsageCounters
 from timers.engine import keys
 from timers.engine import trigger as trigger_module
 from timers.engine.fanout import POLL_MS, Fanout
-from timers.engine.trigger import Run, RunMarker, drain_usage, run_trigger
+from timers.engine.send import drain_usage
+from timers.engine.trigger import Run, RunMarker, run_trigger
 from timers.runtime import fanout_deps
 
 pytestmark = pytest.mark.integration

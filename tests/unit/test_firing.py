@@ -9,7 +9,7 @@ from dataclasses import replace
 from tests.support.clock import T0
 from timers.core import timer as timers
 from timers.core.schedule import AtSchedule
-from timers.engine.trigger import ClockSync
+from timers.engine.clock import ClockSync
 from timers.sending import callback_body
 
 

@@ -26,7 +26,7 @@ def test_the_triggers_timer_reads_and_checkpoints_fit_the_claim_budget() -> None
     claim client does: one attempt of 0.5 s to connect and 3 s to read, within DYNAMO_CALL_MS
     (pynamodb's defaults - 3 retries of up to 15 + 30 s - would outlast the run)."""
     from timers.adapters.timers_table import TimerStore
-    from timers.engine.trigger import DYNAMO_CALL_MS
+    from timers.engine.claim import DYNAMO_CALL_MS
     from timers.runtime import CLAIM_CONFIG, CLAIM_TIMEOUTS
 
     meta = TimerStore("timers", **CLAIM_TIMEOUTS).models.timer.Meta

@@ -35,6 +35,7 @@ from timers.adapters.usage import count_fires
 from timers.core.errors import ConcurrentUpdate, Unavailable, trace_frames
 from timers.core.schedule import first_fire, is_recurring, next_fire
 from timers.core.timer import Timer
+from timers.engine.clock import ClockSync
 from timers.engine.entries import Entry, EntryRef, ref_of
 from timers.engine.log import TTL, TTL_MARGIN_S, FireLog
 from timers.sending import Delivery, Sender, SqsPort
@@ -83,8 +84,6 @@ class Extras:
         """Fire the timer ``load`` reads (its current target and payload) once now; returns it,
         the position and its recorded entry (sent, or failed with the reason)."""
         timer, cursor_pos = load()
-        from timers.engine.trigger import ClockSync  # the trigger's core: not on the api's import
-
         owner = self.new_owner()
         sync = ClockSync(self.clock, self.reference)  # never early: the trigger's clock
         try:
