@@ -1,23 +1,5 @@
-"""Run now: one extra fire of a timer, besides its schedule, through the fire log.
-
-An extra fire is a position of its own, ``now`` (a millisecond no plan occurrence and no
-cursor of the timer holds: moved on by 1 ms while one does), outside the timer's chain: the
-api claims its entry with the conditional write every fire takes (a fire id is claimed once),
-lists the position in the timer's *extra fires* item, sends the callback with the trigger's
-sender (the same body, attributes and FIFO deduplication id) and records the outcome, as a
-trigger run does. Walks never read it (they search the plan's positions), so it neither moves
-``next_fire_at`` nor counts toward ``max_fires``; the fire history merges it in from the
-listing.
-
-The listing ``x/<partition>/<timer id>`` (claims table) holds the positions (a number set,
-the newest EXTRA_KEPT) and expires with the newest entry it names. What is lost if it vanishes:
-the extra fires drop out of the history (their entries stay until their TTL).
-
-An api that dies between the claim and the record leaves the entry pending (lapsed after
-EXTRA_CLAIM_MS): maybe sent, maybe not - the request got no answer, and a retry is a new fire.
-A record refused after the send (its answer lost and retried: the write was made) is read
-back, never answered as an error: the answer says the fire went, so no retry sends another.
-"""
+"""Run now: one extra fire of a timer, besides its schedule, through the fire log - its
+position, claim, listing, send and record ("Extra fires (run now)" in docs/fire-path.md)."""
 
 from __future__ import annotations
 
