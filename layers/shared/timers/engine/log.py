@@ -237,22 +237,25 @@ class FireLog(LowLevelClient):
         n = len(entries)
         if n > self.cap:
             raise ValueError(f"{n} entries do not fit an item of {self.cap}")
-        names = {f"#e{i}": name for i, name in enumerate(entries)}
+        update, names, values = self._entries_set(key, entries)
         return (
-            "SET "
-            + ", ".join(f"{a} = :v{i}" for i, a in enumerate(names))
-            + f", {self._ttl_set(key, entries.values())}, #c = if_not_exists(#c, :zero) + :k",
+            update + ", #c = if_not_exists(#c, :zero) + :k",
             "attribute_not_exists(#sl) AND (attribute_not_exists(#c) OR #c <= :room)"
             + "".join(f" AND attribute_not_exists({a})" for a in names),
             {**names, "#sl": SEALED, "#c": COUNT},
-            {
-                **{f":v{i}": to_map(e) for i, e in enumerate(entries.values())},
-                ":ttl": {"N": str(self.expires_at(key, entries.values()))},
-                ":zero": {"N": "0"},
-                ":k": {"N": str(n)},
-                ":room": {"N": str(self.cap - n)},
-            },
+            {**values, ":zero": {"N": "0"}, ":k": {"N": str(n)}, ":room": {"N": str(self.cap - n)}},
         )
+
+    def _entries_set(
+        self, key: str, entries: Mapping[str, Entry]
+    ) -> tuple[str, dict[str, str], dict[str, Any]]:
+        """``SET`` of each entry (as ``#e<i> = :v<i>``) and of the item's TTL, its names and
+        values: what a claim and a record write."""
+        names = {f"#e{i}": name for i, name in enumerate(entries)}
+        values = {f":v{i}": to_map(e) for i, e in enumerate(entries.values())}
+        values[":ttl"] = {"N": str(self.expires_at(key, entries.values()))}
+        sets = ", ".join(f"{a} = :v{i}" for i, a in enumerate(names))
+        return f"SET {sets}, {self._ttl_set(key, entries.values())}", names, values
 
     def seal(self, key: str) -> None:
         """No new entry enters ``key`` from now on: its positions' homes are below it."""
@@ -294,20 +297,14 @@ class FireLog(LowLevelClient):
         lapsed claims: on the claims' client, whose calls end sooner - a release that fails
         only lets them lapse), only while each is ``owner``'s at the revision given (a change
         may have adopted it: :meth:`rewrite` merges)."""
-        names = {f"#e{i}": name for i, name in enumerate(entries)}
+        update, names, values = self._entries_set(key, entries)
+        revs = {f":r{i}": {"N": str(e.rev)} for i, e in enumerate(entries.values())}
         return self._write(
             key,
-            "SET "
-            + ", ".join(f"{a} = :v{i}" for i, a in enumerate(names))
-            + f", {self._ttl_set(key, entries.values())}",
+            update,
             " AND ".join(f"{a}.#o = :own AND {a}.#r = :r{i}" for i, a in enumerate(names)),
             {**names, "#o": "o", "#r": "r"},
-            {
-                ":ttl": {"N": str(self.expires_at(key, entries.values()))},
-                ":own": {"S": owner},
-                **{f":v{i}": to_map(e) for i, e in enumerate(entries.values())},
-                **{f":r{i}": {"N": str(e.rev)} for i, e in enumerate(entries.values())},
-            },
+            {**values, ":own": {"S": owner}, **revs},
             client=self.client if release else self._record_client,
         )
 
