@@ -46,13 +46,13 @@ from timers.core.window import phase_of, send_at
 from timers.engine import keys
 from timers.engine.entries import fence, partition_for, ref_of
 from timers.engine.index import BucketIndex
+from timers.engine.send import drain_usage
 from timers.engine.trigger import (
     ARM_MS,
     SEND_RESERVE_MS,
     Pace,
     RunMarker,
     TriggerDeps,
-    drain_usage,
     run_trigger,
 )
 

@@ -32,7 +32,8 @@ from tests.integration.test_webhooks import DAY_MS, Delivery, delivery  # noqa: 
 from tests.support.clock import T0
 from timers.core.times import format_ms
 from timers.core.webhooks import Webhook
-from timers.engine.trigger import RunMarker, drain_usage, run_trigger
+from timers.engine.send import drain_usage
+from timers.engine.trigger import RunMarker, run_trigger
 from timers.tenancy.usage import UsageCounters
 
 pytestmark = pytest.mark.integration

@@ -28,7 +28,8 @@ from tests.support.clock import T0
 from timers.engine import keys
 from timers.engine import trigger as trigger_module
 from timers.engine.fanout import POLL_MS, Fanout
-from timers.engine.trigger import Run, RunMarker, drain_usage, run_trigger
+from timers.engine.send import drain_usage
+from timers.engine.trigger import Run, RunMarker, run_trigger
 from timers.runtime import fanout_deps
 from timers.tenancy.usage import UsageCounters
 

@@ -49,7 +49,10 @@ from tests.support.clock import T0, FakeClock
 from timers.core.times import format_ms, parse_ms
 from timers.core.window import send_at
 from timers.engine import keys
+from timers.engine.callbacks import SEND_ATTEMPTS
 from timers.engine.changes import OWED_WAIT_MS
+from timers.engine.claim import CLAIM_ATTEMPTS, CLAIM_RETRY_MS
+from timers.engine.clock import MAX_CLOCK_OFFSET_MS
 from timers.engine.entries import (
     CHECKPOINT_EVERY,
     LAPSE_MARGIN_MS,
@@ -60,20 +63,16 @@ from timers.engine.entries import (
 from timers.engine.index import BucketIndex, Card
 from timers.engine.log import FireLog
 from timers.engine.migrate import MigrationReport, run_migrator
-from timers.engine.sending import SEND_ATTEMPTS
+from timers.engine.send import drain_usage
 from timers.engine.trigger import (
     ARM_MS,
-    CLAIM_ATTEMPTS,
-    CLAIM_RETRY_MS,
     HOOKS,
     LEASE_GRACE_MS,
-    MAX_CLOCK_OFFSET_MS,
     SEND_GUARD_MS,
     Pace,
     RunMarker,
     TriggerDeps,
     TriggerReport,
-    drain_usage,
     run_trigger,
 )
 from timers.runtime import DAY_MS, migrator_deps, trigger_deps

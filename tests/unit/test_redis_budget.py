@@ -25,7 +25,7 @@ def test_the_triggers_timer_reads_and_checkpoints_fit_the_claim_budget() -> None
     """The trigger's pynamodb models (its timers' reads and checkpoint writes) time out as its
     claim client does: one attempt of 0.5 s to connect and 3 s to read, within DYNAMO_CALL_MS
     (pynamodb's defaults - 3 retries of up to 15 + 30 s - would outlast the run)."""
-    from timers.engine.trigger import DYNAMO_CALL_MS
+    from timers.engine.claim import DYNAMO_CALL_MS
     from timers.runtime import CLAIM_CONFIG, CLAIM_TIMEOUTS
     from timers.store.timers_table import TimerStore
 

@@ -1,9 +1,6 @@
 """What the api asks of the fire path: store new timers, derive what a timer shows, and change
-one so that the change is ordered with the claim of its cursor (R5 in docs/fire-path.md).
-
-A change is one transaction: the timer at ``rev + 1``, its wake listing, and on its cursor
-either a fence (the cursor unclaimed) or an adoption (the cursor claimed: the owed fire is still
-sent, and the new revision continues after it). A claim that got there first fails the
+one in one transaction ordered with the claim of its cursor - a fence or an adoption (R5 and "A
+reset comes after the owed fire" in docs/fire-path.md); a claim that got there first fails the
 transaction, and the change starts over from a fresh walk.
 """
 
@@ -55,7 +52,7 @@ claim lapses (~33 s), too long for a request - then the change is refused, nothi
 
 
 class TimerPort(Protocol):
-    """``timers.adapters.timers_table.TimerStore``."""
+    """``timers.store.timers_table.TimerStore``."""
 
     def get(self, tenant: str, timer_id: str, consistent: bool = True) -> Timer | None: ...
     def create(self, timers: Sequence[Timer]) -> None: ...
@@ -187,13 +184,10 @@ class Changes:
         """Apply ``change`` (None: delete) to the derived timer and commit it in one transaction
         ordered with the claim of its cursor. Returns the timer as stored and what it shows
         (its cursor: an owed fire stays pending until recorded); None once deleted.
-        ``after_owed``: a fire already claimed is not adopted but waited for, so the change
-        comes after it and nothing claimed before it is sent after it answers (a reset).
-        ``only_if``: a timer it is false of is NotFound - checked on the revision the change
-        commits against, so a group operation never changes a timer that just left.
-        ``read``: the stored timer and its cursor, read (consistently) by the caller for many
-        timers at once - the first attempt's, as if its own read had been slower; the
-        transaction's conditions hold it to what is stored, and a retry reads afresh."""
+        ``after_owed``: a claimed fire is waited for, not adopted (a reset). ``only_if``: a
+        timer it is false of is NotFound, checked on the revision the change commits against.
+        ``read``: the first attempt's read, made by the caller for many timers at once (a
+        group operation: docs/fire-path.md)."""
         for attempt in range(WRITE_ATTEMPTS):
             try:
                 first = read if attempt == 0 and not after_owed else None

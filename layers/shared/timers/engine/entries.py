@@ -1,10 +1,7 @@
-"""A timer's fires as a chain of fire-log entries: the pure rules of the fire path.
-
-Each occurrence a timer reaches is a *position* (epoch ms) of its chain. A run claims a
-position (one entry in the fire-log item of its partition and second), fires or skips it, and
-moves the timer's card to the next. The stored timer holds only a checkpoint; what it shows
-(fire count, next fire, completed) is derived by walking the entries from there (:func:`walk`).
-No I/O here: a walk is a generator that asks its driver (:func:`drive`) for entries.
+"""A timer's fires as a chain of fire-log entries: the pure rules of the fire path (its terms
+and rules R1-R5: "Never lost, once, on time" in docs/fire-path.md). The stored timer holds only
+a checkpoint; what it shows is derived by walking the entries from there (:func:`walk`). No I/O
+here: a walk is a generator that asks its driver (:func:`drive`) for entries.
 """
 
 from __future__ import annotations
@@ -226,11 +223,9 @@ def positions(plan: Plan, first: int | None, count: int) -> list[int]:
 
 
 def walk(timer: Timer) -> Reads[Cursor]:
-    """From the checkpoint to the cursor. Finished positions after a checkpoint are a prefix of
-    its chain, which follows the plan except where an entry's ``nx`` jumps: a binary search over
-    the plan's positions finds where the prefix ends, and a jump found there is followed
-    (the lemma in docs/fire-path.md). Whatever the status: a paused timer's cursor is where it
-    resumes, and a fire claimed before the pause shows as pending."""
+    """From the checkpoint to the cursor: a binary search over the plan's positions, following
+    a jump (``nx``) where it meets one (the lemma in docs/fire-path.md). Whatever the status: a
+    paused timer's cursor is where it resumes, and a fire claimed before the pause is pending."""
     pos, n, last = timer.next_fire_ms, timer.fire_count, timer.last_fire_pos
     while pos is not None:
         # max_fires reached: nothing new is claimed, but a fire claimed before a change lowered

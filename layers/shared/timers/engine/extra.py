@@ -1,23 +1,5 @@
-"""Run now: one extra fire of a timer, besides its schedule, through the fire log.
-
-An extra fire is a position of its own, ``now`` (a millisecond no plan occurrence and no
-cursor of the timer holds: moved on by 1 ms while one does), outside the timer's chain: the
-api claims its entry with the conditional write every fire takes (a fire id is claimed once),
-lists the position in the timer's *extra fires* item, sends the callback with the trigger's
-sender (the same body, attributes and FIFO deduplication id) and records the outcome, as a
-trigger run does. Walks never read it (they search the plan's positions), so it neither moves
-``next_fire_at`` nor counts toward ``max_fires``; the fire history merges it in from the
-listing.
-
-The listing ``x/<partition>/<timer id>`` (claims table) holds the positions (a number set,
-the newest EXTRA_KEPT) and expires with the newest entry it names. What is lost if it vanishes:
-the extra fires drop out of the history (their entries stay until their TTL).
-
-An api that dies between the claim and the record leaves the entry pending (lapsed after
-EXTRA_CLAIM_MS): maybe sent, maybe not - the request got no answer, and a retry is a new fire.
-A record refused after the send (its answer lost and retried: the write was made) is read
-back, never answered as an error: the answer says the fire went, so no retry sends another.
-"""
+"""Run now: one extra fire of a timer, besides its schedule, through the fire log - its
+position, claim, listing, send and record ("Extra fires (run now)" in docs/fire-path.md)."""
 
 from __future__ import annotations
 
@@ -34,9 +16,10 @@ from botocore.exceptions import ClientError
 from timers.core.errors import ConcurrentUpdate, Unavailable, trace_frames
 from timers.core.schedule import first_fire, is_recurring, next_fire
 from timers.core.timer import Timer
+from timers.engine.callbacks import Delivery, Sender, SqsPort
+from timers.engine.clock import ClockSync
 from timers.engine.entries import Entry, EntryRef, ref_of
 from timers.engine.log import TTL, TTL_MARGIN_S, FireLog
-from timers.engine.sending import Delivery, Sender, SqsPort
 from timers.tenancy.usage import count_fires
 
 log = logging.getLogger(__name__)
@@ -69,7 +52,7 @@ class Extras:
     """Extra fires: run one now, list a timer's."""
 
     log: FireLog
-    timers: Any  # the timers table (timers.adapters.timers_table.TimerStore)
+    timers: Any  # the timers table (timers.store.timers_table.TimerStore)
     clock: Callable[[], int]  # this host's
     reference: Callable[[], int]  # the reference time (Redis TIME): the trigger's
     sqs: Callable[[], SqsPort]  # built on first use (the api's cold start needs no SQS)
@@ -77,14 +60,12 @@ class Extras:
     retention_ms: int = 0
     sleep: Callable[[float], None] = time.sleep
     new_owner: Callable[[], str] = field(default=lambda: "api-" + uuid.uuid4().hex[:12])
-    usage: Any = None  # the tenants' usage counters (timers.adapters.usage; None: not counted)
+    usage: Any = None  # the tenants' usage counters (timers.tenancy.usage; None: not counted)
 
     def run(self, load: Load) -> tuple[Timer, int, Entry]:
         """Fire the timer ``load`` reads (its current target and payload) once now; returns it,
         the position and its recorded entry (sent, or failed with the reason)."""
         timer, cursor_pos = load()
-        from timers.engine.trigger import ClockSync  # the trigger's core: not on the api's import
-
         owner = self.new_owner()
         sync = ClockSync(self.clock, self.reference)  # never early: the trigger's clock
         try:

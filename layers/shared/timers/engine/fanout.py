@@ -1,19 +1,14 @@
 """Fan-out: start each bucket's trigger run shortly before its earliest card falls due, and
-notice a bucket that lost its data.
+notice a bucket that lost its data ("No more runs than can start", the Theorem and Durations in
+docs/fire-path.md).
 
 EventBridge starts a fan-out every minute; a run goes on a little over a minute, so runs
-overlap and a late start leaves no gap. Every POLL_MS a run peeks at every bucket in one round
-trip (its head, its backlog, its sentinel, its warmth). For each bucket due within its lead,
-smallest backlog first, it wants ``ceil(backlog / PER_TRIGGER)`` runs (at most MAX_PARALLEL) and
-starts each whose marker it can set (``SET NX``): overlapping fan-outs never start a bucket
-twice, and there is no lock or key shared by all buckets. A bucket without its sentinel (a
-flush, a shard that came back empty), restoring for too long, or unreachable and back (a
-failover may have lost writes) is handed to the migrator at once, for that bucket only.
-
-A bucket whose runs are likely cold (none started for COLD_AFTER_MS) is started earlier, by
-its trigger's measured cold start; a run that comes up early leases nothing and ends, and the
-next peek starts it again, warm. The loop yields the instants it wants to wake at, so tests
-interleave runs on one fake clock.
+overlap and a late start leaves no gap. For each bucket due within its lead it wants
+``ceil(backlog / PER_TRIGGER)`` runs (at most MAX_PARALLEL) and starts each whose marker it can
+set: overlapping fan-outs never start a bucket twice. A bucket whose runs are likely cold (none
+started for COLD_AFTER_MS) is started earlier, by its trigger's measured cold start (one that
+comes up early leases nothing; the next peek starts it again, warm). The loop yields the
+instants it wants to wake at, so tests interleave runs on one fake clock.
 """
 
 from __future__ import annotations
@@ -308,11 +303,7 @@ class Fanout:
     def _restore(self, buckets: list[int]) -> None:
         self.report.restores += len(buckets)
         try:
-            self.deps.invoke(
-                FunctionName=self.deps.migrator_function,
-                InvocationType="Event",
-                Payload=json.dumps({"restore": buckets}).encode(),
-            )
+            self._invoke_async(self.deps.migrator_function, {"restore": buckets})
         except Exception:  # the next minute's migrator run restores them (they stay marked)
             logger.exception("restore invoke failed", extra={"buckets": buckets})
 
@@ -340,16 +331,16 @@ class Fanout:
     def _invoke_one(self, bucket: int, slot: int, token: str, now: int) -> bool:
         event = {"bucket": bucket, "slot": slot, "token": token, "at_ms": now}
         try:
-            self.deps.invoke(
-                FunctionName=self.deps.trigger_function,
-                InvocationType="Event",
-                Payload=json.dumps(event).encode(),
-            )
+            self._invoke_async(self.deps.trigger_function, event)
         except Exception:  # throttled or failed: free the slot; the next peek tries again
             logger.exception("trigger invoke failed", extra={"bucket": bucket})
             self.deps.index.end_run(bucket, slot, token)
             return False
         return True
+
+    def _invoke_async(self, function: str, event: dict[str, Any]) -> None:
+        payload = json.dumps(event).encode()
+        self.deps.invoke(FunctionName=function, InvocationType="Event", Payload=payload)
 
 
 def run_fanout(deps: FanoutDeps, start_ms: int, deadline_ms: int) -> FanoutReport:

@@ -1,11 +1,7 @@
-"""Redis: the index of what is due soon, one member per timer, in buckets.
-
-Redis is only an index (DynamoDB is the truth): every operation is safe to repeat, and what
-Redis loses the migrator restores. Per bucket (:mod:`timers.engine.keys`): ``due`` (member ->
-when it may next be leased) and ``data`` (member -> its card), written together by the scripts
-in ``lua/`` (so a failover loses both or neither), and the run markers. A member is
-``tenant|timer``: one per timer, so a timer has one chain in Redis by construction. A lease is
-a later score, not a record: a dead run's members come back by themselves.
+"""Redis: the index of what is due soon, one member (``tenant|timer``) per timer, in buckets
+(keys in :mod:`timers.engine.keys`, scripts in ``lua/``; "Data model" in docs/fire-path.md).
+Only an index - DynamoDB is the truth: every operation is safe to repeat, and what Redis loses
+the migrator restores. A lease is a later score, not a record: a dead run's members come back.
 """
 
 from __future__ import annotations
@@ -30,13 +26,20 @@ from timers.engine import keys
 CHUNK = 500  # members per script call: bounds how long one call blocks Redis (and Lua's unpack)
 ENDED = 9_999_999_999_999  # the checkpoint lua/check.lua answers for a revision's ended chain
 NOTED = 10**13  # ended-chain notes' scores start here (year 2286): never leased, never a head
-TIMED = 10**12  # scores from here on are times (epoch ms); below: a fair queue's tags
-ADMIT = 4_000
-"""Members a lease queues fairly at most (one script call's work stays a few ms): a member due
-behind a crowd is queued within one lease per ADMIT members due before it."""
-RUN_BEAT_MS = 1_000
-"""A leasing run's marker promises its next beat within this: the fan-out starts another run of
-the bucket once a promise has lapsed (the run died, or is stuck in a slow call)."""
+ADMIT = 4_000  # members a lease queues fairly at most ("Fairness" in docs/fire-path.md)
+RUN_BEAT_MS = 1_000  # a leasing run promises its next beat within this (or another run starts)
+CARD_FIELDS = {  # a card's JSON key -> the timer's field it holds as is
+    "a": "anchor_ms",
+    "st": "start_ms",
+    "en": "end_ms",
+    "mx": "max_fires",
+    "mf": "misfire",
+    "q": "target_queue_url",
+    "nm": "name",
+    "p": "payload_json",
+    "b": "partition",
+    "z": "status",
+}
 
 
 def member_of(tenant: str, timer_id: str) -> str:
@@ -61,9 +64,8 @@ class Card:
 
     @property
     def due_at(self) -> int:
-        """When its fire is sent: its position, or later within the timer's flexible window
-        (an aligned instant it shares with the fires of its partition: timers.core.window).
-        Its score in ``due`` while it waits."""
+        """When its fire is sent, its score in ``due`` while it waits: its position, or an
+        aligned instant within its window ("The flexible window" in docs/fire-path.md)."""
         t = self.timer
         return send_at(self.pos, t.window_ms, t.grain_ms, t.partition)
 
@@ -73,19 +75,8 @@ class Card:
     def encode(self) -> str:
         """``rev|pos|n|pv|ckpt|<json>``: the scripts read revision and position by prefix."""
         t = self.timer
-        body: dict[str, Any] = {
-            "s": schedule_to_dict(t.schedule),
-            "a": t.anchor_ms,
-            "st": t.start_ms,
-            "en": t.end_ms,
-            "mx": t.max_fires,
-            "mf": t.misfire,
-            "q": t.target_queue_url,
-            "nm": t.name,
-            "p": t.payload_json,
-            "b": t.partition,
-            "z": t.status,
-        }
+        body: dict[str, Any] = {"s": schedule_to_dict(t.schedule)}
+        body.update((key, getattr(t, name)) for key, name in CARD_FIELDS.items())
         if t.webhook is not None:
             body["w"] = t.webhook.to_dict()
         if t.retry is not None:
@@ -108,21 +99,12 @@ class Card:
             tenant=tenant,
             id=timer_id,
             schedule=schedule_from_dict(b["s"]),
-            anchor_ms=b["a"],
-            target_queue_url=b["q"],
-            payload_json=b["p"],
-            misfire=b["mf"],
-            name=b["nm"],
-            start_ms=b["st"],
-            end_ms=b["en"],
-            max_fires=b["mx"],
             rev=int(rev),
-            partition=b["b"],
-            status=b["z"],
             webhook=webhook,
             retry=RetryPolicy.from_dict(b.get("r")),
             window_ms=b.get("wn", 0),
             grain_ms=b.get("gr", 0),
+            **{name: b[key] for key, name in CARD_FIELDS.items()},
         )
         return cls(timer, int(pos), int(n), int(pv) if pv else None, int(ckpt))
 
@@ -142,10 +124,7 @@ class Peek(NamedTuple):
     cold: int | None
 
 
-SHARD_WAIT_S = 0.1
-"""How long a cluster-mode peek waits for each shard's answer. A shard failing over (its
-master dead, the replica not promoted yet) costs its own buckets their peek, never the other
-shards' buckets: each shard is peeked on its own, at once."""
+SHARD_WAIT_S = 0.1  # a cluster-mode peek's wait for each shard (Durations in docs/fire-path.md)
 
 
 class PeekPending(Exception):
@@ -157,7 +136,6 @@ class RedisPort(Protocol):
 
     def register_script(self, script: str) -> Any: ...
     def pipeline(self, transaction: bool = True) -> Any: ...
-    def set(self, name: str, value: str, *, px: int | None = None, nx: bool = False) -> Any: ...
     def get(self, name: str) -> Any: ...
     def hget(self, name: str, key: str) -> Any: ...
     def hset(self, name: str, key: str, value: str) -> Any: ...
@@ -201,21 +179,12 @@ class BucketIndex:
 
     def put(self, cards: Iterable[Card], keep_lease: bool = False) -> int:
         """Store each card where it is newer than what the bucket holds (a later revision, or a
-        later position of the same one), leasable from its ``due_at`` - or, ``keep_lease``,
-        from the score a stored member has (a change adopted by a claimed fire), never before
-        its ``due_at`` (a run taking the claim over then can wait for its send instant).
-        Returns how many."""
+        later position of the same one), leasable from its ``due_at`` - or, ``keep_lease`` (a
+        change adopting a claimed fire), from a stored member's score raised to its ``due_at``
+        (lua/put.lua). Returns how many."""
+        keep = "k" if keep_lease else ""  # lua/put.lua: keep the stored score
         rows = [
-            (
-                c.timer.partition,
-                [
-                    c.member,
-                    c.timer.rev,
-                    c.pos,
-                    c.encode(),
-                    f"k{c.due_at}" if keep_lease else c.due_at,
-                ],
-            )
+            (c.timer.partition, [c.member, c.timer.rev, c.pos, c.encode(), f"{keep}{c.due_at}"])
             for c in cards
         ]
         return sum(int(r[0]) for r in self._per_bucket("put", rows))
@@ -304,14 +273,11 @@ class BucketIndex:
     # ---------------------------------------------------------------- the fan-out's side
 
     def peek(self, buckets: Sequence[int], until: int) -> dict[int, Peek | Exception]:
-        """Every bucket's head, sentinel and warmth in one round trip of plain commands (the
-        fan-out's idle cost: two a bucket), and the backlog of those due by ``until`` in a
-        second; a bucket whose shard fails answers its error, and the others their peek.
-
-        In cluster mode one failing node fails a whole pipeline (redis-py), so each shard's
-        buckets are peeked apart and at once: a shard that has not answered in SHARD_WAIT_S
-        answers PeekPending, and what its peek ends with (its buckets, or its error) at the
-        next poll."""
+        """Every bucket's head, sentinel and warmth in one round trip of plain commands (two a
+        bucket), and the backlog of those due by ``until`` in a second; a bucket whose shard
+        fails answers its error. In cluster mode one failing node fails a whole pipeline
+        (redis-py), so each shard is peeked apart and at once: one that has not answered in
+        SHARD_WAIT_S answers PeekPending, and what its peek ends with at the next poll."""
         shards = self._shards(buckets)
         for gone in self._shard_peeks.keys() - shards.keys():  # failed over: serves no bucket
             del self._shard_peeks[gone]  # (kept, it would leak, or answer stale if it came back)
@@ -402,17 +368,17 @@ class BucketIndex:
         """Mark the slot, if free (no marker, or its run only finishing), for a run that must
         beat by ``promise`` (see RUN_BEAT_MS)."""
         value = token if promise is None else f"{token}@{promise}"
-        return bool(self._eval("start", [([keys.run(bucket, slot)], [value, ttl_ms])])[0])
+        return self._marker("start", bucket, slot, value, ttl_ms)
 
     def touch_run(
         self, bucket: int, slot: int, token: str, ttl_ms: int, promise: int | None = None
     ) -> bool:
-        args = [token, ttl_ms, "" if promise is None else promise]
-        return bool(self._eval("token", [([keys.run(bucket, slot)], args)])[0])
+        beat = "" if promise is None else promise
+        return self._marker("token", bucket, slot, token, ttl_ms, beat)
 
     def finishing_run(self, bucket: int, slot: int, token: str, ttl_ms: int) -> bool:
         """The slot's run leases no more (a new run may take the slot) and is finishing."""
-        return bool(self._eval("token", [([keys.run(bucket, slot)], [token, ttl_ms, "~"])])[0])
+        return self._marker("token", bucket, slot, token, ttl_ms, "~")
 
     def run_promise(self, bucket: int, slot: int) -> int | None:
         """By when the slot's run promised its next beat (None: free, or no promise)."""
@@ -438,7 +404,11 @@ class BucketIndex:
         }
 
     def end_run(self, bucket: int, slot: int, token: str) -> bool:
-        return bool(self._eval("token", [([keys.run(bucket, slot)], [token, ""])])[0])
+        return self._marker("token", bucket, slot, token, "")
+
+    def _marker(self, script: str, bucket: int, slot: int, *args: Any) -> bool:
+        """A run marker's script (lua/start.lua, lua/token.lua): whether it was applied."""
+        return bool(self._eval(script, [([keys.run(bucket, slot)], list(args))])[0])
 
     # ---------------------------------------------------------------- the bucket's own fields
 

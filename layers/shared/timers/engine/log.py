@@ -1,20 +1,11 @@
 """The fire log (DynamoDB ``claims`` table): one entry per fire position, packed by second.
 
 Item ``k = "<partition>/<second>"``; each entry is a top-level map attribute ``<timer>@<ms>``
-(:mod:`timers.engine.entries`). A write costs the item's size, so one conditional UpdateItem
-claims a chunk of fires and one records it. boto3's low-level client: entry names are data.
-
-**Items stay small.** An item takes a new entry only while unsealed and under ``cap`` entries
-(counter ``c``); a claim that does not fit seals it (``sl``) for good, and the positions it
-lacks go to a child ``<key>/<hex digit>`` chosen by the timer's hash at that depth. An entry's
-*home* - the first item on its path that holds it or is unsealed - never moves. Writes that
-change an existing entry (record, takeover, adoption, release) are allowed in sealed items.
-
-**Entries only move forward** (R1): nothing here removes one. A run that gives work back
-releases its claims (valid until 0). Reads fetch whole items (a projection naming each wanted
-entry of 100 items outgrew DynamoDB's 4 KB expression limit; a read costs the item's size
-either way). An HTTP fire's delivery record is the delivery function's, in an item of its own
-(timers.adapters.delivery_records).
+(:mod:`timers.engine.entries`), so one conditional UpdateItem claims or records a chunk of fires
+(boto3's low-level client: entry names are data). Entries only move forward (R1); a sealed item
+takes no new entry, its positions live below it ("Claim items stay small" in docs/fire-path.md).
+Reads fetch whole items: a projection naming each wanted entry of 100 items outgrew DynamoDB's
+4 KB expression limit, and a read costs the item's size either way.
 """
 
 from __future__ import annotations
@@ -246,22 +237,25 @@ class FireLog(LowLevelClient):
         n = len(entries)
         if n > self.cap:
             raise ValueError(f"{n} entries do not fit an item of {self.cap}")
-        names = {f"#e{i}": name for i, name in enumerate(entries)}
+        update, names, values = self._entries_set(key, entries)
         return (
-            "SET "
-            + ", ".join(f"{a} = :v{i}" for i, a in enumerate(names))
-            + f", {self._ttl_set(key, entries.values())}, #c = if_not_exists(#c, :zero) + :k",
+            update + ", #c = if_not_exists(#c, :zero) + :k",
             "attribute_not_exists(#sl) AND (attribute_not_exists(#c) OR #c <= :room)"
             + "".join(f" AND attribute_not_exists({a})" for a in names),
             {**names, "#sl": SEALED, "#c": COUNT},
-            {
-                **{f":v{i}": to_map(e) for i, e in enumerate(entries.values())},
-                ":ttl": {"N": str(self.expires_at(key, entries.values()))},
-                ":zero": {"N": "0"},
-                ":k": {"N": str(n)},
-                ":room": {"N": str(self.cap - n)},
-            },
+            {**values, ":zero": {"N": "0"}, ":k": {"N": str(n)}, ":room": {"N": str(self.cap - n)}},
         )
+
+    def _entries_set(
+        self, key: str, entries: Mapping[str, Entry]
+    ) -> tuple[str, dict[str, str], dict[str, Any]]:
+        """``SET`` of each entry (as ``#e<i> = :v<i>``) and of the item's TTL, its names and
+        values: what a claim and a record write."""
+        names = {f"#e{i}": name for i, name in enumerate(entries)}
+        values = {f":v{i}": to_map(e) for i, e in enumerate(entries.values())}
+        values[":ttl"] = {"N": str(self.expires_at(key, entries.values()))}
+        sets = ", ".join(f"{a} = :v{i}" for i, a in enumerate(names))
+        return f"SET {sets}, {self._ttl_set(key, entries.values())}", names, values
 
     def seal(self, key: str) -> None:
         """No new entry enters ``key`` from now on: its positions' homes are below it."""
@@ -303,20 +297,14 @@ class FireLog(LowLevelClient):
         lapsed claims: on the claims' client, whose calls end sooner - a release that fails
         only lets them lapse), only while each is ``owner``'s at the revision given (a change
         may have adopted it: :meth:`rewrite` merges)."""
-        names = {f"#e{i}": name for i, name in enumerate(entries)}
+        update, names, values = self._entries_set(key, entries)
+        revs = {f":r{i}": {"N": str(e.rev)} for i, e in enumerate(entries.values())}
         return self._write(
             key,
-            "SET "
-            + ", ".join(f"{a} = :v{i}" for i, a in enumerate(names))
-            + f", {self._ttl_set(key, entries.values())}",
+            update,
             " AND ".join(f"{a}.#o = :own AND {a}.#r = :r{i}" for i, a in enumerate(names)),
             {**names, "#o": "o", "#r": "r"},
-            {
-                ":ttl": {"N": str(self.expires_at(key, entries.values()))},
-                ":own": {"S": owner},
-                **{f":v{i}": to_map(e) for i, e in enumerate(entries.values())},
-                **{f":r{i}": {"N": str(e.rev)} for i, e in enumerate(entries.values())},
-            },
+            {**values, ":own": {"S": owner}, **revs},
             client=self.client if release else self._record_client,
         )
 
@@ -400,16 +388,9 @@ class FireLog(LowLevelClient):
         seen: dict[str, Any] | None = None,
     ) -> bool:
         old = {"ReturnValuesOnConditionCheckFailure": "ALL_OLD"} if seen is not None else {}
+        request = _transact(self.table, key, update, condition, names, values)["Update"]
         try:
-            (client or self.client).update_item(
-                TableName=self.table,
-                Key={"k": {"S": key}},
-                UpdateExpression=update,
-                ConditionExpression=condition,
-                ExpressionAttributeNames=dict(names),
-                ExpressionAttributeValues=dict(values),
-                **old,
-            )
+            (client or self.client).update_item(**request, **old)
         except ClientError as exc:
             if condition_failed(exc):
                 item = cast(dict[str, Any], exc.response).get("Item")
@@ -439,17 +420,18 @@ def _transact(
     key: str,
     update: str,
     condition: str,
-    names: dict[str, str],
-    values: dict[str, Any],
+    names: Mapping[str, str],
+    values: Mapping[str, Any],
 ) -> dict[str, Any]:
+    """A conditional UpdateItem of ``key``, as a TransactWriteItems element."""
     return {
         "Update": {
             "TableName": table,
             "Key": {"k": {"S": key}},
             "UpdateExpression": update,
             "ConditionExpression": condition,
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values,
+            "ExpressionAttributeNames": dict(names),
+            "ExpressionAttributeValues": dict(values),
         }
     }
 

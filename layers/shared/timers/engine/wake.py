@@ -1,11 +1,7 @@
-"""Wake listings (DynamoDB ``wakeups`` table): where the migrator finds timers without Redis.
-
-An item lists timers to look at from its ``wake`` time: the timers of one create request
-(or change) and minute, or one recurring timer at its checkpoint. Key ``(shard, "<wake ms,
-13 digits>#<writer>")``, shard ``partition % WAKE_SHARDS``: a bucket's listings are the shards
-``s % buckets == bucket`` (bucket counts divide WAKE_SHARDS), so a bucket is restored from its
-own shards. A listing is ``tenant|timer|rev|pos``; ``at`` is when the item was written (a
-listing younger than CREATE_MS may belong to a create still in flight: R4).
+"""Wake listings (DynamoDB ``wakeups`` table): where the migrator finds timers without Redis
+("Data model" and R4 in docs/fire-path.md). Key ``(shard, "<wake ms, 13 digits>#<writer>")``,
+shard ``partition % WAKE_SHARDS``: a bucket's listings are the shards ``s % buckets ==
+bucket`` (bucket counts divide WAKE_SHARDS), so a bucket is restored from its own shards.
 """
 
 from __future__ import annotations
@@ -79,9 +75,7 @@ class WakeStore(LowLevelClient):
         }
 
     def put(self, items: Sequence[WakeItem]) -> None:
-        for start in range(0, len(items), 25):
-            batch = [{"PutRequest": {"Item": self.serialize(i)}} for i in items[start : start + 25]]
-            self._batch_write(batch)
+        self._batch_write([{"PutRequest": {"Item": self.serialize(i)}} for i in items])
 
     def window(
         self, shard: str, low: int, high: int, limit: int, start: dict[str, Any] | None = None
@@ -107,21 +101,19 @@ class WakeStore(LowLevelClient):
 
     def delete(self, items: Sequence[WakeItem]) -> None:
         """Items whose every listing is dead."""
-        for start in range(0, len(items), 25):
-            self._batch_write(
-                [
-                    {"DeleteRequest": {"Key": {"shard": {"S": i.shard}, "wake": {"S": i.wake}}}}
-                    for i in items[start : start + 25]
-                ]
-            )
+        keys = [{"shard": {"S": i.shard}, "wake": {"S": i.wake}} for i in items]
+        self._batch_write([{"DeleteRequest": {"Key": key}} for key in keys])
 
     def _batch_write(self, requests: list[dict[str, Any]]) -> None:
-        pending: dict[str, Any] = {self.table: requests}
-        for _ in range(10):
-            pending = self.client.batch_write_item(RequestItems=pending).get("UnprocessedItems")
-            if not pending:
-                return
-        raise RuntimeError("wake listings: BatchWriteItem kept returning unprocessed items")
+        """BatchWriteItem, 25 requests a call; unprocessed ones retried."""
+        for start in range(0, len(requests), 25):
+            pending: dict[str, Any] = {self.table: requests[start : start + 25]}
+            for _ in range(10):
+                response = self.client.batch_write_item(RequestItems=pending)
+                if not (pending := response.get("UnprocessedItems")):
+                    break
+            else:
+                raise RuntimeError("wake listings: BatchWriteItem kept returning unprocessed items")
 
 
 def _item(raw: dict[str, Any]) -> WakeItem:
