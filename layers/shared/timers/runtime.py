@@ -49,7 +49,7 @@ DAY_MS = 86_400_000
 
 # The trigger retries SQS and its claims itself (bounded; a record waits long: a record lost
 # after its send is a duplicate), so its clients fail fast instead of stacking botocore's
-# retries. These timeouts are the budgets in timers.engine.trigger (*_CALL_MS).
+# retries. These timeouts are the budgets (*_CALL_MS) in timers.engine.claim and .send.
 SQS_CONFIG = Config(
     connect_timeout=1,
     read_timeout=8,
