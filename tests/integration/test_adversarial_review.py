@@ -173,25 +173,7 @@ def test_a_takeover_of_a_fire_whose_window_grew_sleeps_past_the_runs_timeout(
     instant now the 900 s window's aligned instant (up to 300 s on), sleeps until then: far
     past its 30 s deadline. In Lambda it is killed at its timeout, and so is the next run
     that takes it over, until the instant comes within a run's life."""
-    api = rig.api
-    timer = api.create(schedule={"type": "after", "seconds": 3_600})
-    partition = rig.stored(timer["id"]).partition
-    grain = 300_000  # window 900 s: the grain of its send instants
-    phase = phase_of(partition, grain)
-    pos = T0 + phase + 1  # just after an aligned instant: the next is ~300 s on
-    while pos < T0 + 10_000:
-        pos += grain
-    moved = api.call("PATCH", f"/v1/timers/{timer['id']}",
-                     body={"schedule": {"type": "at", "at": format_ms(pos)}})  # fmt: skip
-    assert moved.status == 200, moved.body
-    rig.clock.now = pos - 60_000
-    rig.migrate()  # in Redis (the look-ahead)
-    until_armed(rig, pos)
-    with pytest.raises(Kill):
-        rig.run(hooks=kill_at("claimed"))  # claimed, then the run dies
-
-    patched = api.call("PATCH", f"/v1/timers/{timer['id']}", body={"window_seconds": 900})
-    assert patched.status == 200, patched.body
+    timer, pos, partition = _claimed_then_widened(rig)
     assert send_at(pos, 900_000, 0, partition) - pos > 250_000
 
     rig.clock.advance(LAPSE_MS)  # the claim lapsed, the lease ended
@@ -208,23 +190,7 @@ def test_a_card_leased_before_its_send_instant_goes_back_to_it_unclaimed(
     below the card's send instant after the change (as the hand-back of a run holding the card
     before the change writes: the old card's send instant). The run that leases it early
     claims nothing and puts it back at its send instant; the run then takes the claim over."""
-    api = rig.api
-    timer = api.create(schedule={"type": "after", "seconds": 3_600})
-    partition = rig.stored(timer["id"]).partition
-    grain = 300_000
-    pos = T0 + phase_of(partition, grain) + 1
-    while pos < T0 + 10_000:
-        pos += grain
-    moved = api.call("PATCH", f"/v1/timers/{timer['id']}",
-                     body={"schedule": {"type": "at", "at": format_ms(pos)}})  # fmt: skip
-    assert moved.status == 200, moved.body
-    rig.clock.now = pos - 60_000
-    rig.migrate()
-    until_armed(rig, pos)
-    with pytest.raises(Kill):
-        rig.run(hooks=kill_at("claimed"))
-    patched = api.call("PATCH", f"/v1/timers/{timer['id']}", body={"window_seconds": 900})
-    assert patched.status == 200, patched.body
+    timer, pos, partition = _claimed_then_widened(rig)
     bucket = rig.index.bucket_of(partition)
     (member,) = [m for m in rig.index.cards(bucket) if m.endswith(f"|{timer['id']}")]
     rig.index.client.zadd(keys.due(bucket), {member: pos})  # the old card's send instant
@@ -237,6 +203,30 @@ def test_a_card_leased_before_its_send_instant_goes_back_to_it_unclaimed(
     instant = send_at(pos, 900_000, 0, partition)
     assert rig.index.cards(bucket)[member][0] == instant  # back at its send instant
     _taken_over_once_within_each_runs_timeout(rig, timer["id"], pos, partition)
+
+
+def _claimed_then_widened(rig: Rig) -> tuple[dict[str, Any], int, int]:  # noqa: F811
+    """A one-shot due just after an aligned instant of a 900 s window's grain (the next is
+    ~300 s on), claimed by a run that then dies, then PATCHed to window_seconds=900: the owed
+    fire adopted. Returns the timer, its due time and its partition."""
+    api = rig.api
+    timer = api.create(schedule={"type": "after", "seconds": 3_600})
+    partition = rig.stored(timer["id"]).partition
+    grain = 300_000  # window 900 s: the grain of its send instants
+    pos = T0 + phase_of(partition, grain) + 1
+    while pos < T0 + 10_000:
+        pos += grain
+    moved = api.call("PATCH", f"/v1/timers/{timer['id']}",
+                     body={"schedule": {"type": "at", "at": format_ms(pos)}})  # fmt: skip
+    assert moved.status == 200, moved.body
+    rig.clock.now = pos - 60_000
+    rig.migrate()  # in Redis (the look-ahead)
+    until_armed(rig, pos)
+    with pytest.raises(Kill):
+        rig.run(hooks=kill_at("claimed"))  # claimed, then the run dies
+    patched = api.call("PATCH", f"/v1/timers/{timer['id']}", body={"window_seconds": 900})
+    assert patched.status == 200, patched.body
+    return timer, pos, partition
 
 
 def _taken_over_once_within_each_runs_timeout(
