@@ -219,9 +219,11 @@ def waits_ms(per: dict[str, float], function: str, d: dict[str, Any]) -> float:
     return sum(per.get(f"calls.{function}.{s}", 0) * ms for s, ms in AWS_LATENCY_MS.items())
 
 
-def fire_dollars(per: dict[str, float], mem: dict[str, float]) -> dict[str, float]:
-    """US$ per million fires, by line item."""
-    a, d = ASSUMPTIONS, durations()
+def fire_dollars(
+    per: dict[str, float], mem: dict[str, float], billed: dict[str, Any] | None = None
+) -> dict[str, float]:
+    """US$ per million fires, by line item (``billed``: ``durations()``, read once a run)."""
+    a, d = ASSUMPTIONS, billed or durations()
     runs, api = per.get("lambda.trigger", 0), per.get("lambda.api", 0)
     delivery, empty = per.get("lambda.delivery", 0), per.get("lambda.trigger.empty", 0)
     trigger_s = (
@@ -377,9 +379,9 @@ TARGETS_USD_PER_MILLION = {
 EventBridge Scheduler with its SQS send."""
 
 
-def scenario_result(sc: Scenario, mem: dict[str, float]) -> dict[str, Any]:
+def scenario_result(sc: Scenario, mem: dict[str, float], billed: dict[str, Any]) -> dict[str, Any]:
     per = sc.per_fire()
-    dollars = fire_dollars(per, mem)
+    dollars = fire_dollars(per, mem, billed)
     return {
         "description": sc.description,
         "fires": sc.fires,
@@ -444,8 +446,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
     results: dict[str, Any] = {}
+    billed = durations()
     for sc in scenarios:
-        results[sc.name] = scenario_result(sc, mem)
+        results[sc.name] = scenario_result(sc, mem, billed)
         unit = "op" if sc.ops else "fire"
         progress(f"cost: {sc.name}: ${results[sc.name]['usd_per_million_fires']:.3f}/M {unit}s; "
                  f"{results[sc.name]['units_per_fire']}")  # fmt: skip
@@ -472,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         "prices": PRICES,
         "prices_as_of": PRICES_AS_OF,
         "assumptions": ASSUMPTIONS,
-        "durations_billed": {**durations(), "aws_latency_ms": AWS_LATENCY_MS},
+        "durations_billed": {**billed, "aws_latency_ms": AWS_LATENCY_MS},
         "memory_gb": mem,
         "lease_limit": LEASE_LIMIT,
         "quick": short,
