@@ -142,3 +142,25 @@ def test_a_trigger_run_s_cpu_is_fitted_per_run_and_per_fire() -> None:
     runs = [{"enqueued": n, "cpu_ms": 20 + 1.5 * n, "init_ms": None} for n in (1, 2, 10, 90)]
     assert cpu_fit(runs) == {"per_run": 20.0, "per_fire": 1.5, "runs": 4}
     assert cpu_fit([{"enqueued": 3, "cpu_ms": 40.0, "init_ms": None}] * 5) is None
+
+
+def test_the_cost_stack_s_retention_check_keeps_moto_s_answer() -> None:
+    """The constant-time check the cost stack puts in moto's place: a message within the
+    queue's retention period is received, one past it is not."""
+    import time
+
+    import boto3
+    from moto import mock_aws
+    from moto.sqs.models import Message, sqs_backends
+
+    with mock_aws():
+        url = boto3.client("sqs", region_name="us-east-1").create_queue(
+            QueueName="q", Attributes={"MessageRetentionPeriod": "60"}
+        )["QueueUrl"]
+        backend = sqs_backends["123456789012"]["us-east-1"]
+        message = Message("m", "body")
+        message.sent_timestamp = int(time.time() * 1000) - 30_000
+        assert backend.is_message_valid_based_on_retention_period("q", message)
+        message.sent_timestamp -= 31_000
+        assert not backend.is_message_valid_based_on_retention_period("q", message)
+        assert url.endswith("/q")
