@@ -69,10 +69,10 @@ def _retention_check_in_constant_time() -> None:
     from moto.sqs.models import SQSBackend
 
     def valid(backend: SQSBackend, queue_name: str, message: Any) -> bool:
-        retention_s = int(backend.get_queue(queue_name).message_retention_period)
+        retention_s = int(backend.get_queue(queue_name).message_retention_period)  # type: ignore[attr-defined]
         return retention_s + message.sent_timestamp / 1000 > time.time()
 
-    SQSBackend.is_message_valid_based_on_retention_period = valid  # type: ignore[method-assign]
+    SQSBackend.is_message_valid_based_on_retention_period = valid  # type: ignore[method-assign,assignment]
 
 
 _retention_check_in_constant_time()
