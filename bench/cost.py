@@ -110,7 +110,7 @@ def price(name: str) -> float:
 ASSUMPTIONS: dict[str, Any] = {
     "api_ms": 40,  # a warm create or batch of creates: validation, 1-3 DynamoDB calls, Redis
     "api_per_timer_ms": 1,  # each timer of a batch: build, serialize, its share of the writes
-    "trigger_wait_ms": 150,  # an armed run is started LEAD_MS (200) early, minus ~50 ms invoke
+    "trigger_invoke_ms": 50,  # of an armed run's measured wait, spent on AWS in the invoke
     "trigger_base_ms": 40,  # clock sync, lease, one claim and one record write, finish
     "trigger_per_fire_ms": 1,  # its share of claims, SendMessageBatch and records
     "delivery_base_ms": 40,  # parse, secrets (cached a minute), a message's 6 DynamoDB calls
@@ -226,9 +226,13 @@ def fire_dollars(
     a, d = ASSUMPTIONS, billed or durations()
     runs, api = per.get("lambda.trigger", 0), per.get("lambda.api", 0)
     delivery, empty = per.get("lambda.delivery", 0), per.get("lambda.trigger.empty", 0)
+    # A run waits for its send instants on the stack's clock (``waited.trigger``), as long as
+    # it really waited: a lone fire's lead, or a busy bucket's run between its sends for
+    # seconds. On AWS the invoke takes the first part of that lead, before the handler runs.
+    armed_ms = max(0.0, per.get("waited.trigger", 0) - (runs - empty) * a["trigger_invoke_ms"])
     trigger_s = (
-        runs * d["trigger_base_ms"] + (runs - empty) * a["trigger_wait_ms"]
-        + d["trigger_per_fire_ms"] + waits_ms(per, "trigger", d)
+        runs * d["trigger_base_ms"] + armed_ms + d["trigger_per_fire_ms"]
+        + waits_ms(per, "trigger", d)
     ) / 1000  # fmt: skip
     api_s = (api * d["api_ms"] + per.get("creates", 0) * a["api_per_timer_ms"]
              + waits_ms(per, "api", d)) / 1000  # fmt: skip

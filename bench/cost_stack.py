@@ -59,6 +59,20 @@ from ops import admin, template  # noqa: E402
 from ops.local.context import LambdaContext  # noqa: E402
 from ops.local.queues import sqs_event  # noqa: E402
 from ops.local.spec import QueueSourceSpec  # noqa: E402
+from tests.support.clock import FakeClock  # noqa: E402
+from tests.support.serialized import one_call_at_a_time  # noqa: E402
+from tests.support.webhook_server import WebhookServer  # noqa: E402
+from timers.core.webhook_attempts import Attempt  # noqa: E402
+from timers.delivery import http_target  # noqa: E402
+from timers.delivery.decisions import DeliveryDeps  # noqa: E402
+from timers.delivery.failed_fires import FailedFireStore  # noqa: E402
+from timers.delivery.messages import Message, dead_letter_body, requeue_body  # noqa: E402
+from timers.delivery.records import DeliveryRecords  # noqa: E402
+from timers.delivery.target_slots import TargetSlots  # noqa: E402
+from timers.engine import keys  # noqa: E402
+from timers.engine.fanout import POLL_MS, Fanout  # noqa: E402
+from timers.engine.index import NOTED  # noqa: E402
+from timers.runtime import build_runtime, fanout_deps, migrator_deps, trigger_deps  # noqa: E402
 
 
 def _retention_check_in_constant_time() -> None:
@@ -76,20 +90,20 @@ def _retention_check_in_constant_time() -> None:
 
 
 _retention_check_in_constant_time()
-from tests.support.clock import FakeClock  # noqa: E402
-from tests.support.serialized import one_call_at_a_time  # noqa: E402
-from tests.support.webhook_server import WebhookServer  # noqa: E402
-from timers.core.webhook_attempts import Attempt  # noqa: E402
-from timers.delivery import http_target  # noqa: E402
-from timers.delivery.decisions import DeliveryDeps  # noqa: E402
-from timers.delivery.failed_fires import FailedFireStore  # noqa: E402
-from timers.delivery.messages import Message, dead_letter_body, requeue_body  # noqa: E402
-from timers.delivery.records import DeliveryRecords  # noqa: E402
-from timers.delivery.target_slots import TargetSlots  # noqa: E402
-from timers.engine import keys  # noqa: E402
-from timers.engine.fanout import POLL_MS, Fanout  # noqa: E402
-from timers.engine.index import NOTED  # noqa: E402
-from timers.runtime import build_runtime, fanout_deps, migrator_deps, trigger_deps  # noqa: E402
+
+
+def clock_sleep(meter: Meter, clock: FakeClock) -> Callable[[float], None]:
+    """A sleep that moves the one clock (an armed run waits for its send instants), counted as
+    the running handler's wait (``waited.<function>``): Lambda bills a handler as it waits."""
+
+    def sleep(seconds: float) -> None:
+        ms = max(1, math.ceil(seconds * 1000))
+        if meter.scope:
+            meter.add(f"waited.{meter.scope}", ms)
+        clock.advance(ms)
+
+    return sleep
+
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = 1_795_255_140_000  # 2026-11-21T09:59:00Z: a minute boundary
@@ -248,9 +262,7 @@ class Stack:
         service.extras.sqs = lambda: sqs  # run now sends from the api: metered alike
         self.index = wiring.index
 
-        def sleep(seconds: float) -> None:  # an armed run's wait moves the clock
-            self.clock.advance(max(1, math.ceil(seconds * 1000)))
-
+        sleep = clock_sleep(self.meter, self.clock)
         self.trigger_deps = trigger_deps(wiring, sqs=sqs, clock=self.clock, reference=self.clock,
                                          monotonic=None, sleep=sleep)  # fmt: skip
         self.migrator_deps = migrator_deps(wiring, clock=self.clock)

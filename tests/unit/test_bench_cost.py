@@ -6,10 +6,11 @@ import pytest
 
 from bench import cost
 from bench.cost import ASSUMPTIONS, PRICES, emf_metrics, fire_dollars, memory_gb, merged
-from bench.cost_stack import SANDBOX_IDLE_MS, IdleModel, Sandboxes, Window
+from bench.cost_stack import SANDBOX_IDLE_MS, IdleModel, Sandboxes, Window, clock_sleep
 from bench.durations import cpu_fit
 from bench.meter import Meter
 from bench.report import targets_table
+from tests.support.clock import FakeClock
 
 
 def test_a_sandbox_is_warm_within_the_idle_time_and_cold_after_it() -> None:
@@ -106,9 +107,11 @@ def test_a_measured_trigger_is_billed_its_cpu_and_each_of_its_calls_at_aws_laten
         cost, "last_results", lambda _: {"all": {"TriggerFunction": {"cpu_ms_fit": fit}}}
     )
     per = {"lambda.trigger": 1.0, "calls.trigger.dynamodb": 2.0, "calls.trigger.sqs": 1.0,
-           "calls.trigger.redis": 4.0, "calls.migrator.dynamodb": 100.0}  # fmt: skip
+           "calls.trigger.redis": 4.0, "calls.migrator.dynamodb": 100.0,
+           "waited.trigger": 180.0}  # fmt: skip
     mem = memory_gb()
-    billed_ms = 30 + ASSUMPTIONS["trigger_wait_ms"] + 2 + 2 * 5 + 1 * 10 + 4 * 0.5
+    armed = 180 - ASSUMPTIONS["trigger_invoke_ms"]  # the invoke's part of the lead is not its
+    billed_ms = 30 + armed + 2 + 2 * 5 + 1 * 10 + 4 * 0.5
     expected = billed_ms / 1000 * mem["trigger"] * PRICES["lambda_gb_second_arm64"]["usd"]
     assert fire_dollars(per, mem)["lambda_duration"] == round(expected * 1e6, 4)
 
@@ -136,6 +139,37 @@ def test_a_call_counts_as_the_running_function_s_own() -> None:
     assert counts["calls.trigger.dynamodb"] == 1 and counts["calls.trigger.sqs"] == 1
     assert counts["dynamodb.calls.PutItem"] == 1 and "calls.trigger.dynamodb.wru" not in counts
     assert not [k for k in counts if k.startswith("calls.") and ".wru" in k]
+
+
+def test_a_run_is_billed_the_waits_it_made_on_the_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy bucket's run that waited between its sends for two seconds is billed them; an
+    empty run's and the invoke's part of a lead are not."""
+    monkeypatch.setattr(cost, "last_results", lambda _: {})
+    mem = memory_gb()
+
+    def trigger_usd(per: dict[str, float]) -> float:
+        return fire_dollars(per, mem)["lambda_duration"]
+
+    lone = trigger_usd({"lambda.trigger": 1.0, "waited.trigger": 200.0})
+    busy = trigger_usd({"lambda.trigger": 1.0, "waited.trigger": 2_000.0})
+    per_ms = mem["trigger"] / 1000 * PRICES["lambda_gb_second_arm64"]["usd"] * 1e6
+    assert busy - lone == pytest.approx(1_800 * per_ms, abs=1e-4)
+    short = {"lambda.trigger": 1.0, "waited.trigger": 20.0}  # less than the invoke's part
+    assert trigger_usd(short) == trigger_usd({"lambda.trigger": 1.0})
+    empty = {"lambda.trigger": 1.0, "lambda.trigger.empty": 1.0, "waited.trigger": 30.0}
+    assert trigger_usd(empty) - trigger_usd({"lambda.trigger": 1.0}) == pytest.approx(
+        30 * per_ms, abs=1e-4
+    )
+
+
+def test_a_handler_s_sleep_on_the_cost_stack_moves_the_clock_and_counts_as_its_wait() -> None:
+    meter, clock = Meter(), FakeClock(1_000)
+    sleep = clock_sleep(meter, clock)
+    sleep(0.05)  # the fan-out's own pacing, no handler running: not a function's wait
+    meter.scope = "trigger"
+    sleep(0.1201)
+    assert clock() == 1_000 + 50 + 121
+    assert meter.snapshot() == {"waited.trigger": 121}
 
 
 def test_a_trigger_run_s_cpu_is_fitted_per_run_and_per_fire() -> None:
