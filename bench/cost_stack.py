@@ -75,7 +75,7 @@ from timers.engine.index import NOTED  # noqa: E402
 from timers.runtime import build_runtime, fanout_deps, migrator_deps, trigger_deps  # noqa: E402
 
 
-def _retention_check_in_constant_time() -> None:
+def retention_check_in_constant_time() -> None:
     """moto checks each message it receives against the queue's retention period by building
     every attribute of the queue - three scans of all its messages - so draining a backlog of
     n messages cost n² (1,441 queued at 100 fires/s took minutes of a single drain). The same
@@ -87,9 +87,6 @@ def _retention_check_in_constant_time() -> None:
         return retention_s + message.sent_timestamp / 1000 > time.time()
 
     SQSBackend.is_message_valid_based_on_retention_period = valid  # type: ignore[method-assign,assignment]
-
-
-_retention_check_in_constant_time()
 
 
 def clock_sleep(meter: Meter, clock: FakeClock) -> Callable[[float], None]:
@@ -218,6 +215,7 @@ class Stack:
     idle_profile: IdleProfile = field(default_factory=lambda: IdleProfile())
 
     def __post_init__(self) -> None:
+        retention_check_in_constant_time()  # moto's SQS for this stack's drains (idempotent)
         settings = template.local_settings()
         template.create_tables(boto3.client("dynamodb"))
         pool = redis.ConnectionPool.from_url(
