@@ -264,7 +264,9 @@ class Stack:
         self.trigger_deps = trigger_deps(wiring, sqs=sqs, clock=self.clock, reference=self.clock,
                                          monotonic=None, sleep=sleep)  # fmt: skip
         self.migrator_deps = migrator_deps(wiring, clock=self.clock)
-        self.fanout = Fanout(fanout_deps(wiring, self._invoke, self.clock, sleep))
+        self.fanout = Fanout(
+            fanout_deps(wiring, self._invoke, self.clock, sleep, shard_wait_s=None)
+        )  # a poll takes no time on the one clock: each shard's answer is waited for
         self._delivery_setup(settings, raw_dynamodb, specs)
         # The real handlers with our clients and clock (they build their deps once per cold
         # start; these stand in for that build).

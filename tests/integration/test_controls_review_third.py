@@ -65,7 +65,8 @@ def test_a_slow_usage_write_does_not_keep_the_fan_out_from_the_next_fire(
         if FunctionName == SETTINGS.trigger_function_name:
             invoked.append(rig.clock())
 
-    fanout = Fanout(fanout_deps(api.runtime.wiring, invoke, rig.clock, rig.sleep))
+    deps = fanout_deps(api.runtime.wiring, invoke, rig.clock, rig.sleep, shard_wait_s=None)
+    fanout = Fanout(deps)
     stopping = threading.Event()  # the run is in its wait for its counts, or has unmarked
     real_wait, real_unmark = trigger_module.wait, Run.unmark
 

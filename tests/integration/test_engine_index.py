@@ -1083,32 +1083,38 @@ def test_a_shard_failing_over_costs_only_its_own_buckets_their_peek(
         cluster.fail_back()  # the session's cluster as it started (masters first)
 
 
+class TwoShards:
+    """A plain redis-server whose buckets two "nodes" serve, by parity."""
+
+    def __init__(self, real: redis.Redis) -> None:
+        self.real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def get_node_from_key(self, key: str) -> Any:
+        return type("Node", (), {"name": f"n{int(key.split('{b')[1].split('}')[0]) % 2}"})
+
+
+def odd_shard_slow(index: BucketIndex, monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    peek = index._peek
+
+    def slow_odd(buckets: Sequence[int], until: int) -> Any:
+        if 1 in buckets:
+            time.sleep(seconds)
+        return peek(buckets, until)
+
+    monkeypatch.setattr(index, "_peek", slow_odd)
+
+
 def test_a_shard_always_slower_than_the_wait_is_still_peeked(
     redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A shard whose every peek takes longer than SHARD_WAIT_S (a busy node, a far AZ) answers
     PeekPending in one poll and its answer, a poll late, in the next: never pending for ever."""
-
-    class TwoShards:  # a plain redis-server, its buckets served by two "nodes" by parity
-        def __init__(self, real: redis.Redis) -> None:
-            self.real = real
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.real, name)
-
-        def get_node_from_key(self, key: str) -> Any:
-            return type("Node", (), {"name": f"n{int(key.split('{b')[1].split('}')[0]) % 2}"})
-
-    index = BucketIndex(TwoShards(redis_client), bucket_count=4)  # type: ignore[arg-type]
+    index = BucketIndex(TwoShards(redis_client), bucket_count=4)
     assert index.put([c for b in range(4) for c in many(1, NOW - b, tenant=f"t{b}", partition=b)])
-    peek = index._peek
-
-    def slow_odd(buckets: Sequence[int], until: int) -> Any:
-        if 1 in buckets:
-            time.sleep(SHARD_WAIT_S * 1.5)
-        return peek(buckets, until)
-
-    monkeypatch.setattr(index, "_peek", slow_odd)
+    odd_shard_slow(index, monkeypatch, SHARD_WAIT_S * 1.5)
     polls = []
     for _ in range(4):  # polls a wait apart, as the fan-out's are (POLL_MS)
         polls.append(index.peek(range(4), NOW))
@@ -1117,3 +1123,17 @@ def test_a_shard_always_slower_than_the_wait_is_still_peeked(
     assert isinstance(polls[0][1], PeekPending)
     answered = [p[1] for p in polls if isinstance(p[1], Peek)]
     assert answered and all(a == Peek(NOW - 1, 1, None, None, None) for a in answered)
+
+
+def test_a_peek_without_a_wait_answers_every_shard_however_slow(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``wait_s=None`` (a world on an injected clock, where a poll takes no time): the slow
+    shard's buckets answer in the same poll, never PeekPending - or a slow shard would make its
+    fires late on that clock by the real time its peeks took."""
+    index = BucketIndex(TwoShards(redis_client), bucket_count=4)
+    assert index.put([c for b in range(4) for c in many(1, NOW - b, tenant=f"t{b}", partition=b)])
+    odd_shard_slow(index, monkeypatch, SHARD_WAIT_S * 3)
+    for _ in range(2):
+        got = index.peek(range(4), NOW, wait_s=None)
+        assert got == {b: Peek(NOW - b, 1, None, None, None) for b in range(4)}

@@ -556,8 +556,8 @@ def test_a_flushed_bucket_is_handed_to_the_migrator_once(
         def __getattr__(self, name: str) -> Any:
             return getattr(index, name)
 
-        def peek(self, buckets: Any, until: int) -> Any:
-            got = index.peek(buckets, until)
+        def peek(self, buckets: Any, until: int, wait_s: float | None = None) -> Any:
+            got = index.peek(buckets, until, wait_s)
             if clock() == T0 + 250 and not raced:
                 raced.append(clock())
                 second.act()
@@ -643,8 +643,8 @@ def test_a_bucket_whose_shard_is_slow_to_answer_is_no_news_not_an_outage(
         def __getattr__(self, name: str) -> Any:
             return getattr(index, name)
 
-        def peek(self, buckets: Any, until: int) -> Any:
-            got = index.peek(buckets, until)
+        def peek(self, buckets: Any, until: int, wait_s: float | None = None) -> Any:
+            got = index.peek(buckets, until, wait_s)
             return {b: PeekPending("node-b") if b in slow else p for b, p in got.items()}
 
     add(index, 1, 1, T0)

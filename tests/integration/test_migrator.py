@@ -606,7 +606,9 @@ def test_a_restore_longer_than_RESTORE_MS_still_reads_every_listing(
         if FunctionName == SETTINGS.migrator_function_name:
             restores.append(event["restore"])
 
-    fanout = Fanout(fanout_deps(api.runtime.wiring, invoke, api.clock, api.clock.sleep))
+    fanout = Fanout(
+        fanout_deps(api.runtime.wiring, invoke, api.clock, api.clock.sleep, shard_wait_s=None)
+    )
     deps = deps_for(api, budget=SMALL_BUDGET)
     for half_minute in range(30):  # every 30 s: a fan-out poll, its restores; each minute, a run
         fanout.act()

@@ -430,7 +430,9 @@ class World:
         assert extras is not None
         extras.sqs = lambda: self.sink  # run now sends as the trigger does: recorded alike
         self.migrator = migrator_deps(self.wiring, sleep=lambda _: None)  # retries at once
-        self.fanout = Fanout(fanout_deps(self.wiring, self._invoke, self.clock, self._sleep))
+        self.fanout = Fanout(
+            fanout_deps(self.wiring, self._invoke, self.clock, self._sleep, shard_wait_s=None)
+        )  # a poll takes no time on this clock: each shard's answer is waited for
         self.snapshot: dict[str, bytes] = {}  # what a lagging replica holds
         self.cluster_faults: list[str] = []  # what the cluster rules did (TIMERS_MACHINE_SHOW)
 

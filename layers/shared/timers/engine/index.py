@@ -272,12 +272,15 @@ class BucketIndex:
 
     # ---------------------------------------------------------------- the fan-out's side
 
-    def peek(self, buckets: Sequence[int], until: int) -> dict[int, Peek | Exception]:
+    def peek(
+        self, buckets: Sequence[int], until: int, wait_s: float | None = SHARD_WAIT_S
+    ) -> dict[int, Peek | Exception]:
         """Every bucket's head, sentinel and warmth in one round trip of plain commands (two a
         bucket), and the backlog of those due by ``until`` in a second; a bucket whose shard
         fails answers its error. In cluster mode one failing node fails a whole pipeline
         (redis-py), so each shard is peeked apart and at once: one that has not answered in
-        SHARD_WAIT_S answers PeekPending, and what its peek ends with at the next poll."""
+        ``wait_s`` (real seconds; None: however long it takes) answers PeekPending, and what its
+        peek ends with at the next poll."""
         shards = self._shards(buckets)
         for gone in self._shard_peeks.keys() - shards.keys():  # failed over: serves no bucket
             del self._shard_peeks[gone]  # (kept, it would leak, or answer stale if it came back)
@@ -295,7 +298,7 @@ class BucketIndex:
                 out.update(earlier.result())
                 continue
             asked[node] = self._peek_pool().submit(self._peek_or_errors, group, until)
-        wait(asked.values(), timeout=SHARD_WAIT_S)
+        wait(asked.values(), timeout=wait_s)
         for node, future in asked.items():
             if future.done():
                 out.update(future.result())
