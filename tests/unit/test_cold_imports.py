@@ -30,7 +30,7 @@ FIRE_PATH_NEVER = NEVER | {
     "aws_lambda_powertools.event_handler",  # the HTTP resolver
 }
 API_NEVER = NEVER | {
-    "timers.engine.trigger",  # run now takes only the trigger's clock (timers.engine.clock)
+    "timers.engine.trigger",  # run now takes only the trigger's clock (timers.core.clock)
     "timers.engine.fanout",
     "timers.engine.migrate",
 }

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 from tests.support.clock import T0
 from timers.core import timer as timers
+from timers.core.clock import ClockSync
 from timers.core.schedule import AtSchedule
 from timers.engine.callbacks import callback_body
-from timers.engine.clock import ClockSync
 
 
 def test_the_clock_is_corrected_by_the_reference_and_bounded_by_its_error() -> None:

@@ -13,11 +13,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from timers.core.clock import ClockSync
 from timers.core.errors import ConcurrentUpdate, Unavailable, trace_frames
 from timers.core.schedule import first_fire, is_recurring, next_fire
 from timers.core.timer import Timer
 from timers.engine.callbacks import Delivery, Sender, SqsPort
-from timers.engine.clock import ClockSync
 from timers.engine.entries import Entry, EntryRef, ref_of
 from timers.engine.log import TTL, TTL_MARGIN_S, FireLog
 from timers.tenancy.usage import count_fires

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError
 from pynamodb.exceptions import PynamoDBException
 
+from timers.core.clock import ClockSync
 from timers.core.lag import lateness_ms
 from timers.core.schedule import is_recurring
 from timers.core.timer import Timer
 from timers.engine.callbacks import Sender, SqsPort
 from timers.engine.claim import DYNAMO_CALL_MS, ITEM_WORKERS, Job
-from timers.engine.clock import ClockSync
 from timers.engine.entries import Entry, EntryRef, State, hold_ms, needs_checkpoint, successor
 from timers.engine.index import Card
 from timers.engine.log import chunks
