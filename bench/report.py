@@ -141,7 +141,7 @@ def targets_table(cost: dict[str, Any]) -> str:
             lines.append(f"| {name} | {shown} | - | no target |")
             continue
         gap = usd - target
-        verdict = (f"met, ${-gap:.2f} under" if gap <= 0
+        verdict = ("met" if -0.005 < gap <= 0 else f"met, ${-gap:.2f} under" if gap <= 0
                    else f"**missed** by ${gap:.2f} ({gap / target:.0%})")  # fmt: skip
         lines.append(f"| {name} | {shown} | ≤ ${target:.2f}{unit} | {verdict} |")
     return "\n".join(lines)
