@@ -43,10 +43,7 @@ class TriggerEvent:
         if bucket is None or bucket < 0:
             raise ValueError(f"event needs a non-negative int 'bucket', got {event!r}")
         slot, token = _int(event.get("slot")), event.get("token")
-        backlog = _int(event.get("backlog"))
-        marker = (
-            RunMarker(slot, token, backlog) if slot is not None and isinstance(token, str) else None
-        )
+        marker = RunMarker(slot, token) if slot is not None and isinstance(token, str) else None
         return cls(bucket, marker, _int(event.get("at_ms")))
 
 

@@ -75,8 +75,8 @@ class World(fire_path.World):
         deps = self.deps_for(self.triggers)
         self.triggers += 1
         try:
-            marker = RunMarker(event["slot"], event["token"], event["backlog"])
-            run_trigger(deps, event["bucket"], TRIGGER_TIMEOUT_MS, marker)
+            run_trigger(deps, event["bucket"], TRIGGER_TIMEOUT_MS,
+                        RunMarker(event["slot"], event["token"]))  # fmt: skip
         except Exception as exc:  # Lambda logs it; no retry
             self.raised.append(exc)
 

@@ -337,7 +337,6 @@ def test_a_card_is_dispatched_once_it_is_due_within_the_lead_and_not_before(
         "slot": 0,
         "token": call["token"],  # the run's own: the fan-out's and a number
         "at_ms": due - LEAD_MS,
-        "backlog": 1,  # the bucket's at the peek: the run's first lease may take it all
         "clock": due - LEAD_MS,
     }
     assert call["token"].startswith(f"{fanout.token}-")

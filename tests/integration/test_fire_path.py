@@ -86,7 +86,7 @@ class World:
 
     def start_trigger(self, event: dict[str, Any]) -> None:
         """One trigger run the fan-out started, to its end."""
-        marker = RunMarker(event["slot"], event["token"], event["backlog"])
+        marker = RunMarker(event["slot"], event["token"])
         run_trigger(self.trigger, event["bucket"], 30_000, marker)
         self.triggers += 1
 

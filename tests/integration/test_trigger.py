@@ -69,7 +69,6 @@ from timers.engine.trigger import (
     FIRST_LEASE,
     HOOKS,
     LEASE_GRACE_MS,
-    LEASE_LIMIT,
     SEND_GUARD_MS,
     Pace,
     RunMarker,
@@ -1528,16 +1527,6 @@ def test_handler_rejects_an_event_without_a_bucket(event: dict[str, Any]) -> Non
         trigger_app.TriggerEvent.parse(event)
 
 
-def test_the_events_backlog_reaches_the_run_and_a_hand_made_invoke_has_none() -> None:
-    """The fan-out's event carries the bucket's backlog (the first lease's size depends on it);
-    an event without one, or with one that is not a count, leaves it unknown."""
-    parse = trigger_app.TriggerEvent.parse
-    fanned = {"bucket": 3, "slot": 0, "token": "t", "at_ms": T0, "backlog": 40}
-    assert parse(fanned) == trigger_app.TriggerEvent(3, RunMarker(0, "t", 40), T0)
-    assert parse({**fanned, "backlog": "40"}).marker == RunMarker(0, "t", None)
-    assert parse({"bucket": 3}).marker is None
-
-
 # ---------------------------------------------------------------- usage
 
 
@@ -1676,9 +1665,9 @@ def instant_of(rig: Rig, timer: dict[str, Any], due: int) -> int:
 
 def test_windowed_fires_of_a_partition_due_within_a_grain_are_sent_together(rig: Rig) -> None:
     """The point of a window: 25 one-shots with a 60 s window due at 25 different seconds go
-    out at one aligned instant - one run, two claim writes (a hand-made run's first lease of
-    10, then the rest), SQS batches of ten - where on the dot they would take 25 of each. Never
-    before their due times, all within their windows; fire ids and scheduled_at stay nominal."""
+    out at one aligned instant - one run, two claim writes (its first lease of 10, then the
+    rest), SQS batches of ten - where on the dot they would take 25 of each. Never before
+    their due times, all within their windows; fire ids and scheduled_at stay nominal."""
     (probe,) = windowed(rig, [T0 + 40_000], 60)
     instant = instant_of(rig, probe, T0 + 40_000)
     rig.api.call("DELETE", f"/v1/timers/{probe['id']}")
@@ -1758,45 +1747,25 @@ def test_windowed_fires_are_on_time_in_usage_within_their_window(rig: Rig) -> No
     assert used["fires"]["late_1s"] == 0
 
 
-@pytest.mark.parametrize(
-    ("backlog", "writes"),
-    [
-        (30, [30]),
-        (LEASE_LIMIT, [30]),
-        (LEASE_LIMIT + 1, [FIRST_LEASE, 30 - FIRST_LEASE]),
-        (None, [FIRST_LEASE, 30 - FIRST_LEASE]),
-    ],
-)
-def test_a_runs_first_lease_takes_all_that_is_due_unless_a_crowd_is_behind(
-    rig: Rig, backlog: int | None, writes: list[int]
-) -> None:
-    """30 windowed fires of one instant and claim item: when the fan-out saw no more than a
-    lease takes, the run leases them at once: one claim write for the item, not two (a write
-    costs the item's size: two cost about twice). Behind a crowd (or with
-    no backlog known, a hand-made invoke) its first lease takes FIRST_LEASE, so the crowd's
-    first round goes out first. At the instant and once either way."""
-    (probe,) = windowed(rig, [T0 + 40_000], 60)
-    instant = instant_of(rig, probe, T0 + 40_000)
-    rig.api.call("DELETE", f"/v1/timers/{probe['id']}")
-    dues = [instant - 29_000 + i * 900 for i in range(30)]  # one grain (30 s) before it
-    made = windowed(rig, dues, 60)
-    claims: list[int] = []
-    records: list[int] = []
-    claim, record = rig.log.claim, rig.log.record
+def test_a_crowd_of_two_tenants_sends_its_first_round_first(rig: Rig) -> None:
+    """25 fires of acme and one of globex due together in one bucket: the run's first lease
+    takes FIRST_LEASE and holds both tenants (leases are fair), so globex's fire is claimed
+    with that first round, before the rest of acme's crowd is leased."""
+    due = T0 + 5_000
+    for _ in range(25):
+        rig.api.create(schedule={"type": "at", "at": format_ms(due)})
+    lone = rig.api.create(schedule={"type": "at", "at": format_ms(due)}, tenant="globex")
+    leases: list[set[str]] = []
+    lease = rig.index.lease
 
-    def counted_claim(key: str, entries: Any, seen: Any = None) -> bool:
-        claims.append(len(entries))
-        return claim(key, entries, seen)
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        leased = lease(*args, **kwargs)
+        leases.append({c.timer.tenant for c in leased.cards} | {f"n={len(leased.cards)}"})
+        return leased
 
-    def counted_record(key: str, owner: str, entries: Any, release: bool = False) -> bool:
-        records.append(len(entries))
-        return record(key, owner, entries, release)
-
-    rig.log.claim = counted_claim  # type: ignore[method-assign]
-    rig.log.record = counted_record  # type: ignore[method-assign]
-    until_armed(rig, instant)
-    report = run_trigger(rig.deps(), 0, REMAINING_MS, RunMarker(0, "fan-out", backlog))
-    assert report.enqueued == 30
-    assert (claims, records) == (writes, [30])  # sent together at the instant: one record
-    assert rig.per_fire() == Counter({f"{t['id']}:{d}": 1 for t, d in zip(made, dues, strict=True)})
-    assert all(instant <= s.at <= instant + 5 for s in rig.sqs.sent)
+    rig.index.lease = watched  # type: ignore[method-assign]
+    until_armed(rig, due)
+    (report,) = rig.run()
+    assert report.enqueued == 26 and report.leases >= 2
+    assert leases[0] == {"acme", "globex", f"n={FIRST_LEASE}"}
+    assert rig.per_fire()[f"{lone['id']}:{due}"] == 1

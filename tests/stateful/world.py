@@ -559,8 +559,9 @@ class World:
             if "restore" in event:
                 self.migrate(event["restore"])
                 continue
-            marker = RunMarker(event["slot"], event["token"], event["backlog"])
-            self.trigger(event["bucket"], remaining_ms, marker=marker)
+            self.trigger(
+                event["bucket"], remaining_ms, marker=RunMarker(event["slot"], event["token"])
+            )
 
     def history(self, timer_id: str, tenant: str) -> dict[str, str]:
         """The timer's fire history (all pages): each fire id and its status."""

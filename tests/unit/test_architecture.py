@@ -170,7 +170,7 @@ ENGINE_TARGET_LINES = 3_000
 """The engine's size target, with the window and groups: missed. The package is 4,008 lines
 (the trigger split in four, callbacks.py joined it); what would close the gap is in
 docs/how-it-works.md ("Code layout"). Until then the engine may not grow: ENGINE_MAX_LINES."""
-ENGINE_MAX_LINES = 3_960
+ENGINE_MAX_LINES = 3_957
 
 
 def test_the_engine_does_not_grow() -> None:

@@ -65,7 +65,7 @@ class FanoutDeps:
     shard_wait_s: float | None = SHARD_WAIT_S  # real s; None: every shard (an injected clock)
 
 
-Start = tuple[int, int, str, int]  # a run to start: its bucket, slot, token and bucket's backlog
+Start = tuple[int, int, str]  # a run to start: its bucket, slot and token
 
 
 @dataclass
@@ -204,18 +204,18 @@ class Fanout:
         nothing by the time it starts."""
         budget = self.deps.concurrency - self._in_flight(now)
         starts: list[Start] = []
-        after: dict[int, int] = {}  # bucket -> the slot after its first run's
+        first_free: dict[int, int] = {}  # bucket -> the slot after its first run's
         for first in (True, False):
             for bucket, backlog in due:
                 if budget <= 0:
                     self.report.held_back += 1
                     continue
-                if not first and bucket not in after:
+                if not first and bucket not in first_free:
                     continue  # its shard refused the first: the next poll tries again
-                begin = 0 if first else after[bucket]
+                begin = 0 if first else first_free[bucket]
                 wanted = 1 if first else runs_wanted(backlog)
                 try:
-                    more, after[bucket] = self._start(bucket, backlog, begin, wanted, now, budget)
+                    more, first_free[bucket] = self._start(bucket, begin, wanted, now, budget)
                 except Exception:  # its shard refuses writes: the others go on
                     logger.warning("bucket %s not started", bucket, exc_info=True)
                     self.report.errors += 1
@@ -255,7 +255,7 @@ class Fanout:
         return len(self._runs)
 
     def _start(
-        self, bucket: int, backlog: int, slot: int, wanted: int, now: int, budget: int
+        self, bucket: int, slot: int, wanted: int, now: int, budget: int
     ) -> tuple[list[Start], int]:
         """Mark the free slots from ``slot`` up to the ``wanted`` first (at most ``budget``);
         a slot whose run's promised beat lapsed (it died, or hangs in a slow call) is passed
@@ -266,7 +266,7 @@ class Fanout:
         while slot < wanted and len(starts) < budget:
             token = f"{self.token}-{next(self._serial)}"
             if self.deps.index.start_run(bucket, slot, token, START_TTL_MS):
-                starts.append((bucket, slot, token, backlog))
+                starts.append((bucket, slot, token))
             elif (beat := self.deps.index.run_promise(bucket, slot)) is not None and (
                 beat < now - BEAT_SKEW_MS
             ):
@@ -312,11 +312,11 @@ class Fanout:
         if not starts:
             return
         with ThreadPoolExecutor(max_workers=max(1, min(INVOKE_WORKERS, len(starts)))) as pool:
-            sent = list(pool.map(lambda s: self._invoke_one(s, now), starts))
+            sent = list(pool.map(lambda s: self._invoke_one(s[0], s[1], s[2], now), starts))
         self.report.invocations += sum(sent)
         self.report.failed_invocations += len(sent) - sum(sent)
-        started = {bucket for (bucket, *_), ok in zip(starts, sent, strict=True) if ok}
-        for (bucket, slot, token, _), ok in zip(starts, sent, strict=True):
+        started = {bucket for (bucket, _, _), ok in zip(starts, sent, strict=True) if ok}
+        for (bucket, slot, token), ok in zip(starts, sent, strict=True):
             if ok:
                 self._runs[token] = Invoked(bucket, slot, now)
         self.report.cold_invocations += len(started & cold)
@@ -329,9 +329,8 @@ class Fanout:
                 except Exception:  # warmth is a hint: a failure errs towards cold
                     logger.warning("ran not written", exc_info=True)
 
-    def _invoke_one(self, start: Start, now: int) -> bool:
-        bucket, slot, token, backlog = start
-        event = {"bucket": bucket, "slot": slot, "token": token, "at_ms": now, "backlog": backlog}
+    def _invoke_one(self, bucket: int, slot: int, token: str, now: int) -> bool:
+        event = {"bucket": bucket, "slot": slot, "token": token, "at_ms": now}
         try:
             self._invoke_async(self.deps.trigger_function, event)
         except Exception:  # throttled or failed: free the slot; the next peek tries again

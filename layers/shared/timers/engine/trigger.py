@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 ARM_MS = 250  # lease and claim what falls due this far ahead, then wait to send it
 LEASE_LIMIT = 100  # cards per lease: at most two claim writes per item, made in parallel
-FIRST_LEASE = 10  # a run's first lease behind a crowd: small, so its first round goes out at once
+FIRST_LEASE = 10  # a run's first lease: small, so a crowd's first round is claimed and sent at once
 SEND_FIRST_MS = 20  # a send due this soon goes before the next lease
 SEND_GUARD_MS = 1  # sent once the reference time's lower bound is this far past due
 REDIS_CALL_MS = 1_000  # worst case of one Redis call (the client's socket timeout)
@@ -128,7 +128,6 @@ class TriggerReport:
 class RunMarker:
     slot: int
     token: str
-    backlog: int | None = None  # the bucket's at the fan-out's peek: over a lease, a crowd
 
 
 def run_trigger(
@@ -312,9 +311,8 @@ class Run:
             return None
         now = self.sync.now()
         limit = self.pace.lease_size(self._left() - SEND_RESERVE_MS, self.deps.lease_limit)
-        backlog = None if self.marker is None else self.marker.backlog
-        if not self.report.leases and (backlog is None or backlog > limit):
-            limit = min(limit, FIRST_LEASE)  # else all that is due fits: claimed once an item
+        if not self.report.leases:  # its first: small, so what is due first goes out first
+            limit = min(limit, FIRST_LEASE)
         leased = self.deps.index.lease(self.bucket, now + ARM_MS, self.end + LEASE_GRACE_MS, limit)
         self.report.leases += 1
         self.report.leased += len(leased.cards)
