@@ -59,7 +59,7 @@ from ops import admin, template  # noqa: E402
 from ops.local.context import LambdaContext  # noqa: E402
 from ops.local.queues import sqs_event  # noqa: E402
 from ops.local.spec import QueueSourceSpec  # noqa: E402
-from tests.support.clock import FakeClock  # noqa: E402
+from tests.support.clock import FakeClock, injected_clock_fanout  # noqa: E402
 from tests.support.serialized import one_call_at_a_time  # noqa: E402
 from tests.support.webhook_server import WebhookServer  # noqa: E402
 from timers.core.webhook_attempts import Attempt  # noqa: E402
@@ -70,9 +70,9 @@ from timers.delivery.messages import Message, dead_letter_body, requeue_body  # 
 from timers.delivery.records import DeliveryRecords  # noqa: E402
 from timers.delivery.target_slots import TargetSlots  # noqa: E402
 from timers.engine import keys  # noqa: E402
-from timers.engine.fanout import POLL_MS, Fanout  # noqa: E402
+from timers.engine.fanout import POLL_MS  # noqa: E402
 from timers.engine.index import NOTED  # noqa: E402
-from timers.runtime import build_runtime, fanout_deps, migrator_deps, trigger_deps  # noqa: E402
+from timers.runtime import build_runtime, migrator_deps, trigger_deps  # noqa: E402
 
 
 def retention_check_in_constant_time() -> None:
@@ -264,9 +264,7 @@ class Stack:
         self.trigger_deps = trigger_deps(wiring, sqs=sqs, clock=self.clock, reference=self.clock,
                                          monotonic=None, sleep=sleep)  # fmt: skip
         self.migrator_deps = migrator_deps(wiring, clock=self.clock)
-        self.fanout = Fanout(
-            fanout_deps(wiring, self._invoke, self.clock, sleep, shard_wait_s=None)
-        )  # a poll takes no time on the one clock: each shard's answer is waited for
+        self.fanout = injected_clock_fanout(wiring, self._invoke, self.clock, sleep)
         self._delivery_setup(settings, raw_dynamodb, specs)
         # The real handlers with our clients and clock (they build their deps once per cold
         # start; these stand in for that build).

@@ -24,13 +24,12 @@ from tests.integration.test_trigger import (  # noqa: F401 - rig is a fixture
     until_armed,
 )
 from tests.integration.test_webhooks import Delivery, delivery  # noqa: F401
-from tests.support.clock import T0
+from tests.support.clock import T0, injected_clock_fanout
 from timers.engine import keys
 from timers.engine import trigger as trigger_module
-from timers.engine.fanout import POLL_MS, Fanout
+from timers.engine.fanout import POLL_MS
 from timers.engine.send import drain_usage
 from timers.engine.trigger import Run, RunMarker, run_trigger
-from timers.runtime import fanout_deps
 from timers.tenancy.usage import UsageCounters
 
 pytestmark = pytest.mark.integration
@@ -65,8 +64,7 @@ def test_a_slow_usage_write_does_not_keep_the_fan_out_from_the_next_fire(
         if FunctionName == SETTINGS.trigger_function_name:
             invoked.append(rig.clock())
 
-    deps = fanout_deps(api.runtime.wiring, invoke, rig.clock, rig.sleep, shard_wait_s=None)
-    fanout = Fanout(deps)
+    fanout = injected_clock_fanout(api.runtime.wiring, invoke, rig.clock, rig.sleep)
     stopping = threading.Event()  # the run is in its wait for its counts, or has unmarked
     real_wait, real_unmark = trigger_module.wait, Run.unmark
 

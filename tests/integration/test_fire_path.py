@@ -21,13 +21,13 @@ import redis
 
 from tests.integration.api_harness import Api, make_api
 from tests.support.callbacks import drain
-from tests.support.clock import T0, FakeClock
+from tests.support.clock import T0, FakeClock, injected_clock_fanout
 from tests.support.real_parts import RedisTarget
 from timers.core.times import parse_ms
-from timers.engine.fanout import POLL_MS, Fanout
+from timers.engine.fanout import POLL_MS
 from timers.engine.migrate import run_migrator
 from timers.engine.trigger import SEND_GUARD_MS, RunMarker, run_trigger
-from timers.runtime import fanout_deps, migrator_deps, trigger_deps
+from timers.runtime import migrator_deps, trigger_deps
 
 pytestmark = [pytest.mark.integration, pytest.mark.real_parts]
 
@@ -44,9 +44,7 @@ class World:
         self.sqs = boto3.client("sqs")
         self.invoked: list[dict[str, Any]] = []
         self.migrator = migrator_deps(wiring, sleep=self._sleep)
-        self.fanout = Fanout(
-            fanout_deps(wiring, self._invoke, self.clock, self._sleep, shard_wait_s=None)
-        )  # a poll takes no time on this clock: each shard's answer is waited for
+        self.fanout = injected_clock_fanout(wiring, self._invoke, self.clock, self._sleep)
         self.trigger = trigger_deps(wiring, self.sqs, clock=self.clock, reference=self.clock,
                                     monotonic=None, sleep=self._sleep)  # fmt: skip
         self.received: list[dict[str, Any]] = []

@@ -26,7 +26,7 @@ from functions.migrator import app as migrator_app
 from ops.local.context import LambdaContext
 from tests.integration.api_harness import SETTINGS, Api, make_api
 from tests.support.callbacks import drain
-from tests.support.clock import T0, FakeClock
+from tests.support.clock import T0, FakeClock, injected_clock_fanout
 from tests.support.sick_redis import SickRedis
 from timers.core.schedule import AtSchedule, EverySchedule, Schedule
 from timers.core.timer import Timer, new_timer_id
@@ -34,12 +34,11 @@ from timers.core.times import format_ms
 from timers.engine import keys
 from timers.engine.changes import CREATE_MS
 from timers.engine.entries import entry_for, entry_ref, step, successor
-from timers.engine.fanout import Fanout
 from timers.engine.index import NOTED, BucketIndex, member_of
 from timers.engine.migrate import ATTEMPTS, MigrationReport, MigratorDeps, run_migrator
 from timers.engine.trigger import run_trigger
 from timers.engine.wake import WAKE_SHARDS, WakeItem, WakeStore, shards_of
-from timers.runtime import DAY_MS, fanout_deps, migrator_deps, trigger_deps
+from timers.runtime import DAY_MS, migrator_deps, trigger_deps
 
 pytestmark = pytest.mark.integration
 
@@ -606,9 +605,7 @@ def test_a_restore_longer_than_RESTORE_MS_still_reads_every_listing(
         if FunctionName == SETTINGS.migrator_function_name:
             restores.append(event["restore"])
 
-    fanout = Fanout(
-        fanout_deps(api.runtime.wiring, invoke, api.clock, api.clock.sleep, shard_wait_s=None)
-    )
+    fanout = injected_clock_fanout(api.runtime.wiring, invoke, api.clock, api.clock.sleep)
     deps = deps_for(api, budget=SMALL_BUDGET)
     for half_minute in range(30):  # every 30 s: a fan-out poll, its restores; each minute, a run
         fanout.act()

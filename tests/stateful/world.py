@@ -40,18 +40,18 @@ from ops.aws_limits import ITEM_BYTES, aws_limits
 from ops.redis_cluster import LocalRedisCluster
 from tests.integration.api_harness import Api, make_api
 from tests.stateful.model import Model, Sent
-from tests.support.clock import T0, FakeClock
+from tests.support.clock import T0, FakeClock, injected_clock_fanout
 from tests.support.real_parts import RedisTarget, dynamodb_at
 from timers.core import timer as timer_core
 from timers.core.times import parse_ms
 from timers.engine import keys
 from timers.engine.entries import Entry
-from timers.engine.fanout import LEAD_MS, Fanout
+from timers.engine.fanout import LEAD_MS
 from timers.engine.index import BucketIndex, Leased, Peek
 from timers.engine.log import FireLog
 from timers.engine.migrate import run_migrator
 from timers.engine.trigger import Hook, RunMarker, TriggerDeps, TriggerReport, run_trigger
-from timers.runtime import fanout_deps, migrator_deps, trigger_deps
+from timers.runtime import migrator_deps, trigger_deps
 
 CLAIM_CAP = 8
 """Attributes per claim item in the test: small, so hot seconds seal items all the time."""
@@ -430,9 +430,7 @@ class World:
         assert extras is not None
         extras.sqs = lambda: self.sink  # run now sends as the trigger does: recorded alike
         self.migrator = migrator_deps(self.wiring, sleep=lambda _: None)  # retries at once
-        self.fanout = Fanout(
-            fanout_deps(self.wiring, self._invoke, self.clock, self._sleep, shard_wait_s=None)
-        )  # a poll takes no time on this clock: each shard's answer is waited for
+        self.fanout = injected_clock_fanout(self.wiring, self._invoke, self.clock, self._sleep)
         self.snapshot: dict[str, bytes] = {}  # what a lagging replica holds
         self.cluster_faults: list[str] = []  # what the cluster rules did (TIMERS_MACHINE_SHOW)
 
