@@ -141,8 +141,10 @@ def targets_table(cost: dict[str, Any]) -> str:
             lines.append(f"| {name} | {shown} | - | no target |")
             continue
         gap = usd - target
-        verdict = ("met" if -0.005 < gap <= 0 else f"met, ${-gap:.2f} under" if gap <= 0
-                   else f"**missed** by ${gap:.2f} ({gap / target:.0%})")  # fmt: skip
+        if gap > 0:
+            verdict = f"**missed** by ${gap:.2f} ({gap / target:.0%})"
+        else:  # under by less than half a cent reads "met", not "$-0.00 under"
+            verdict = "met" if gap > -0.005 else f"met, ${-gap:.2f} under"
         lines.append(f"| {name} | {shown} | ≤ ${target:.2f}{unit} | {verdict} |")
     return "\n".join(lines)
 

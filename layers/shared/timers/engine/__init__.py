@@ -5,7 +5,7 @@ chained, and how a change wins over a fire on its way (its data model and proof:
   fire log and the wake listings in DynamoDB, the buckets in Redis, every Redis key name;
 - ``changes``, ``extra``: what the api asks (store, derive, change; run now); ``migrate``,
   ``fanout``: those functions' cores; the trigger's: ``trigger`` (the run), ``claim``, ``send``
-  (the reference clock it keeps: ``timers.core.clock``); ``callbacks``: the callback message
+  (the reference clock they keep is ``timers.core.clock``); ``callbacks``: the callback message
   and its SQS batches.
 
 Floors, bottom to top: core < store < tenancy < engine < delivery < api < config, runtime and
