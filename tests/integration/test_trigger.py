@@ -486,6 +486,44 @@ def test_a_live_claim_of_another_run_defers_the_member_until_it_lapses(rig: Rig)
     assert rig.per_fire() == Counter({f"{timer['id']}:{T0 + 1_000}": 1})
 
 
+def test_live_claims_lapsing_within_the_arming_window_are_waited_for_not_leased_round_and_round(
+    rig: Rig,
+) -> None:
+    """Another run claimed a backlog of 150 fires (more than a lease) and died; its claims
+    lapse 100 ms after this run starts, inside ARM_MS. A member deferred to its claim's lapse
+    was leasable again at once, so the run leased, read and deferred the backlog round and
+    round until the claims lapsed (on AWS a loop of consistent reads for up to ARM_MS; on an
+    injected clock, where a call takes no time, for ever: the stateful test's Runaway).
+    Deferred past the lapse, they wait for it; the next run takes them over and sends each
+    once, after the lapse."""
+    created = create_many(rig, "acme", 150, [T0 + 1_000])
+    until = T0 + 10_000
+    for timer in created:
+        key, name = entry_ref(rig.stored(timer["id"]).partition, timer["id"], T0 + 1_000)
+        assert rig.log.claim(key, {name: Entry("p", 1, n=1, owner="other-run", until=until)})
+    lapse = until + LAPSE_MARGIN_MS
+    rig.clock.now = lapse - 100
+    leases = 0
+    lease = rig.index.lease
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal leases
+        leases += 1
+        if leases > 50:
+            raise AssertionError("leased round and round while the claims were live")
+        return lease(*args, **kwargs)
+
+    rig.index.lease = counted  # type: ignore[method-assign]
+    (report,) = rig.run()
+    assert (report.held, report.enqueued, leases) == (150, 0, 3)  # FIRST_LEASE, 100, the rest
+    assert rig.run() == []  # nothing leasable before the lapse
+    rig.clock.now = lapse + 1
+    (report,) = rig.run()
+    assert (report.taken_over, report.enqueued) == (150, 150)
+    assert all(sent.at > lapse for sent in rig.sqs.sent)
+    assert set(rig.per_fire().values()) == {1} and len(rig.per_fire()) == 150
+
+
 # ---------------------------------------------------------------- the deadline
 
 

@@ -31,6 +31,7 @@ from timers.engine.log import CHUNK, MAX_DEPTH, FireLog, chunks
 
 log = logging.getLogger(__name__)
 
+ARM_MS = 250  # lease and claim what falls due this far ahead (a score is leased ARM_MS early)
 DYNAMO_CALL_MS = 3_500  # worst case of one claim or read: 0.5 s connect + 3 s read
 CLAIM_ATTEMPTS = 3  # tries of one claim write before its cards are given back
 CLAIM_RETRY_MS = 1_000  # a chunk whose claims kept failing is leasable again this much later
@@ -238,9 +239,9 @@ class Claimer:
                 job.entry = at.entry
                 out.ours.append(job)
                 out.already_fired += action == "done"
-            elif action == "wait":  # back when that claim lapses
+            elif action == "wait":  # leased again once that claim lapsed, not ARM_MS before
                 assert at.entry is not None
-                out.held[job.card] = max((at.entry.until or 0) + LAPSE_MARGIN_MS, now + 1)
+                out.held[job.card] = (at.entry.until or 0) + LAPSE_MARGIN_MS + 1 + ARM_MS
             else:
                 out.stale.append(job.card)
         for key, takes in to_take.items():

@@ -22,7 +22,7 @@ from typing import Literal
 from timers.core.clock import ClockSync
 from timers.engine.callbacks import Delivery, Sender, SqsPort
 from timers.engine.changes import Checkpoints
-from timers.engine.claim import DYNAMO_CALL_MS, Claimer, Job
+from timers.engine.claim import ARM_MS, DYNAMO_CALL_MS, Claimer, Job
 from timers.engine.entries import LAPSE_MARGIN_MS
 from timers.engine.index import RUN_BEAT_MS, BucketIndex, Card
 from timers.engine.log import FireLog
@@ -31,7 +31,6 @@ from timers.store.timers_table import TimerStore
 
 log = logging.getLogger(__name__)
 
-ARM_MS = 250  # lease and claim what falls due this far ahead, then wait to send it
 LEASE_LIMIT = 100  # cards per lease: at most two claim writes per item, made in parallel
 FIRST_LEASE = 10  # a run's first lease: small, so a crowd's first round is claimed and sent at once
 SEND_FIRST_MS = 20  # a send due this soon goes before the next lease
