@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,8 +182,12 @@ class Model:
     def sent_ids(self, timer_id: str) -> set[str]:
         return {s.fire_id for s in self.sends if s.timer_id == timer_id}
 
-    def check_nothing_lost(self, settled_from: int, settled_to: int, slack_ms: int) -> None:
-        """``settled_from..settled_to``: the service ran without faults in between."""
+    def check_nothing_lost(
+        self, settled_from: int, settled_to: int, slack_ms: int,
+        held_for: Callable[[str], str] = lambda timer_id: "",
+    ) -> None:  # fmt: skip
+        """``settled_from..settled_to``: the service ran without faults in between;
+        ``held_for``: what the service holds for a timer, said with its lost fire."""
         sent_by_timer: dict[str, set[int]] = defaultdict(set)
         for s in self.sends:
             sent_by_timer[s.timer_id].add(s.due)
@@ -211,11 +216,13 @@ class Model:
                 room = max(0, r.plan.max_fires - before)
                 assert len([d for d in due if d in sent]) >= min(room, len(due)), (
                     f"lost fires of {timer.id} (max_fires {r.plan.max_fires}): "
-                    f"{sorted(set(due) - sent)[:room]}\n{timer}"
+                    f"{sorted(set(due) - sent)[:room]}\n{timer}\n{held_for(timer.id)}"
                 )
                 continue
             missing = sorted(set(due) - sent)
-            assert not missing, f"lost fires of {timer.id}: {missing[:5]}...\n{timer}"
+            assert not missing, (
+                f"lost fires of {timer.id}: {missing[:5]}...\n{timer}\n{held_for(timer.id)}"
+            )
         self.check_windows(settled_from + RECOVERY_MS, horizon)
 
     def check_windows(self, settled_from: int, settled_to: int) -> None:

@@ -38,7 +38,7 @@ from moto import mock_aws
 from ops import template
 from ops.aws_limits import ITEM_BYTES, aws_limits
 from ops.redis_cluster import LocalRedisCluster
-from tests.integration.api_harness import Api, make_api
+from tests.integration.api_harness import SETTINGS, Api, make_api
 from tests.stateful.model import Model, Sent
 from tests.support.clock import T0, FakeClock, injected_clock_fanout
 from tests.support.real_parts import RedisTarget, dynamodb_at
@@ -47,7 +47,7 @@ from timers.core.times import parse_ms
 from timers.engine import keys
 from timers.engine.entries import Entry
 from timers.engine.fanout import LEAD_MS
-from timers.engine.index import BucketIndex, Leased, Peek
+from timers.engine.index import BucketIndex, Leased, Peek, member_of
 from timers.engine.log import FireLog
 from timers.engine.migrate import run_migrator
 from timers.engine.trigger import Hook, RunMarker, TriggerDeps, TriggerReport, run_trigger
@@ -76,7 +76,8 @@ class Kill(BaseException):
 
 
 class Runaway(BaseException):
-    """A run that never ends (a chain that loops on itself): a failure, not a fault."""
+    """A run that never ends (a chain that loops on itself): a failure, not a fault - past the
+    service's ``except Exception``; a run's own becomes an AssertionError once out of it."""
 
 
 RUNAWAY_STEPS = 5_000
@@ -498,6 +499,8 @@ class World:
 
         try:
             report = run_trigger(self.trigger_deps(counted), bucket, remaining_ms, marker)
+        except Runaway as exc:  # out of the run, a failure Hypothesis shrinks and prints
+            raise AssertionError(str(exc)) from exc
         except BaseException as exc:
             if not injected(exc):
                 raise
@@ -575,6 +578,27 @@ class World:
             cursor = got.body["next_cursor"]
             if cursor is None:
                 return fires
+
+    def held_for(self, timer_id: str, tenant: str) -> str:
+        """What the service holds for a timer - its view, its wake listings, its card and score
+        and each bucket's sentinel, its claims: printed with a lost fire, as a failure on the
+        real parts may not replay (their timing is real)."""
+        member = member_of(tenant, timer_id)
+        with self.observing():
+            view = self.api.call("GET", f"/v1/timers/{timer_id}", tenant=tenant).body
+            pages = boto3.client("dynamodb").get_paginator("scan")
+            listings = [item for page in pages.paginate(TableName=SETTINGS.wakeups_table)
+                        for item in page["Items"] if timer_id in json.dumps(item)]  # fmt: skip
+            buckets = {
+                b: (self.redis.zscore(keys.due(b), member), self.redis.hget(keys.data(b), member),
+                    self.redis.hget(keys.data(b), keys.SENTINEL))
+                for b in range(self.index.bucket_count)
+            }  # fmt: skip
+        claimed = {f: at for f, at in self.model.claimed.items() if f.startswith(timer_id)}
+        return (
+            f"view: {view}\nwake listings: {listings}\nby bucket (due score, card, "
+            f"sentinel): {buckets}\nclaimed: {claimed}\ncluster faults: {self.cluster_faults}"
+        )
 
     def expire_ttl(self) -> None:
         """What DynamoDB's TTL deletes once items expired (it may take days; here at once)."""
