@@ -111,6 +111,7 @@ class Model:
     sends: list[Sent] = field(default_factory=list)
     claimed: dict[str, int] = field(default_factory=dict)  # fire id -> first claim time
     dup_ok: set[str] = field(default_factory=set)  # the documented duplicate window
+    held_for: Callable[[str], str] = lambda timer_id: ""  # what the service holds for a timer
     history_from: int = 0  # fires due before this are past the retention: gone from history
     checked: int = 0  # sends checked so far
     unfair: list[str] = field(default_factory=list)  # leases that passed a tenant over
@@ -182,12 +183,8 @@ class Model:
     def sent_ids(self, timer_id: str) -> set[str]:
         return {s.fire_id for s in self.sends if s.timer_id == timer_id}
 
-    def check_nothing_lost(
-        self, settled_from: int, settled_to: int, slack_ms: int,
-        held_for: Callable[[str], str] = lambda timer_id: "",
-    ) -> None:  # fmt: skip
-        """``settled_from..settled_to``: the service ran without faults in between;
-        ``held_for``: what the service holds for a timer, said with its lost fire."""
+    def check_nothing_lost(self, settled_from: int, settled_to: int, slack_ms: int) -> None:
+        """``settled_from..settled_to``: the service ran without faults in between."""
         sent_by_timer: dict[str, set[int]] = defaultdict(set)
         for s in self.sends:
             sent_by_timer[s.timer_id].add(s.due)
@@ -216,12 +213,12 @@ class Model:
                 room = max(0, r.plan.max_fires - before)
                 assert len([d for d in due if d in sent]) >= min(room, len(due)), (
                     f"lost fires of {timer.id} (max_fires {r.plan.max_fires}): "
-                    f"{sorted(set(due) - sent)[:room]}\n{timer}\n{held_for(timer.id)}"
+                    f"{sorted(set(due) - sent)[:room]}\n{timer}\n{self.held_for(timer.id)}"
                 )
                 continue
             missing = sorted(set(due) - sent)
             assert not missing, (
-                f"lost fires of {timer.id}: {missing[:5]}...\n{timer}\n{held_for(timer.id)}"
+                f"lost fires of {timer.id}: {missing[:5]}...\n{timer}\n{self.held_for(timer.id)}"
             )
         self.check_windows(settled_from + RECOVERY_MS, horizon)
 
