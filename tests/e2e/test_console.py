@@ -5,7 +5,8 @@ A person's session: sign in with the demo key, create a timer due in a few secon
 form (its preview shows when), watch its fire appear with its lag, find another timer by name,
 pause, resume and delete it, and see the API's error - message and field - for a bad cron. The
 page at 1,280 and 400 px wide: create first, nothing to scroll sideways. And a failed webhook
-fire found in the console's failed-fires panel and redelivered from it.
+fire found in the console's failed-fires panel and redelivered from it. A list answer overtaken
+by a filter change or a sign-out (held in the page's fetch) is never shown.
 
 The session saves screenshots in ``tmp_path`` (pytest keeps the last runs'), to look at when it
 fails; docs/console.md's are taken by ``ops/console_screenshots.py``.
@@ -671,6 +672,108 @@ def test_a_group_filtered_and_paused_then_deleted_behind_a_confirmation(
     )
     assert statuses() == [404] * 3 + ["active"]
     local_stack.request("DELETE", f"/timers/{made[3]}", key=key)
+
+
+# The page's fetch, wrapped: while window.holding is set, a list of timers is held until the
+# test lets it go; window.heldLanded is set once its answer has been handled (the macrotask
+# after its body is read runs after the page's own promise chain).
+HOLD_LISTS = """
+window.realFetch = window.fetch;
+window.holding = false;
+window.held = [];
+window.heldLanded = false;
+window.fetch = (input, init) => {
+  const isList = /\\/v1\\/timers\\?/.test(String(input));
+  if (!window.holding || !isList) return window.realFetch(input, init);
+  return new Promise((resolve) => window.held.push(async () => {
+    const response = await window.realFetch(input, init);
+    const text = response.text.bind(response);
+    response.text = () => text().then((body) => {
+      setTimeout(() => { window.heldLanded = true; }, 0);
+      return body;
+    });
+    resolve(response);
+  }));
+};
+"""
+
+
+def test_a_list_answer_overtaken_by_a_filter_change_or_a_sign_out_is_not_shown(
+    local_stack: RunningStack, browser: Any
+) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    key = local_stack.ready["Tenant demo API key: "]
+    run = uuid4().hex[:6]
+    first, second = f"race-a-{run}", f"race-b-{run}"
+    made = []
+
+    def create(group: str, i: int) -> None:
+        body = {"name": f"{group}-{i}", "group": group,
+                "schedule": {"type": "every", "seconds": 60}}  # fmt: skip
+        status, timer, _ = local_stack.request("POST", "/timers", key=key, body=body)
+        assert status == 201, timer
+        made.append(timer["id"])
+
+    create(first, 0)
+    create(second, 0)
+    create(second, 1)
+    wait = WebDriverWait(browser, UI_TIMEOUT_S, ignored_exceptions=[StaleElementReferenceException])
+
+    def shown_names() -> list[str]:
+        names: list[str] = browser.execute_script(
+            "return [...document.querySelectorAll('#timers-table tbody tr td:nth-child(2)')]"
+            ".map(c => c.textContent).sort()"
+        )
+        return names
+
+    def sign_in() -> None:
+        wait.until(ec.visibility_of_element_located((By.ID, "api-key"))).send_keys(key)
+        browser.find_element(By.CSS_SELECTOR, "#sign-in-form button[type=submit]").click()
+        wait.until(ec.text_to_be_present_in_element((By.ID, "whoami"), "Tenant demo"))
+
+    def filter_by(group: str) -> None:
+        browser.find_element(By.ID, "group-filter").clear()
+        browser.find_element(By.ID, "group-filter").send_keys(group + "\n")
+
+    def hold_a_list() -> None:
+        browser.execute_script("window.holding = true; window.heldLanded = false")
+        browser.find_element(By.ID, "refresh-timers").click()
+        wait.until(lambda d: d.execute_script("return window.held.length") == 1)
+        browser.execute_script("window.holding = false")
+
+    def let_it_land() -> None:
+        browser.execute_script("window.held.shift()()")
+        wait.until(lambda d: d.execute_script("return window.heldLanded"))
+
+    browser.get(f"{local_stack.console}#/")
+    browser.refresh()
+    if by_visible(browser, "api-key"):
+        sign_in()
+    filter_by(first)
+    wait.until(lambda d: shown_names() == [f"{first}-0"])
+    browser.execute_script(HOLD_LISTS)
+
+    # A refresh of the first group's list is held; the second group's overtakes it.
+    hold_a_list()
+    filter_by(second)
+    wait.until(lambda d: shown_names() == [f"{second}-0", f"{second}-1"])
+    let_it_land()
+    assert shown_names() == [f"{second}-0", f"{second}-1"]  # not the overtaken page's row too
+
+    # Signed out while a page is on its way, then in again: the list is loaded afresh.
+    hold_a_list()
+    browser.find_element(By.ID, "sign-out").click()
+    let_it_land()
+    create(second, 2)
+    sign_in()
+    wait.until(lambda d: shown_names() == [f"{second}-{i}" for i in range(3)])
+    for timer_id in made:
+        local_stack.request("DELETE", f"/timers/{timer_id}", key=key)
+    browser.execute_script("sessionStorage.clear()")
 
 
 def by_visible(browser: Any, element_id: str) -> bool:

@@ -3,8 +3,9 @@
 import { ApiError, api, forgetKey, keepKey } from "./api.js";
 import { $, clearError, showError, showView } from "./dom.js";
 import { route } from "./router.js";
-import { failed, list } from "./state.js";
+import { failed } from "./state.js";
 import { stopPolling } from "./timer-page.js";
+import { forgetTimers } from "./timers-list.js";
 
 const SIGNED_IN_ONLY = ["whoami", "sign-out", "nav-keys", "nav-usage"];
 
@@ -31,8 +32,7 @@ export function showTenant(me) {
 export function signOut(reason) {
   forgetKey();
   stopPolling();
-  list.timers = [];
-  list.cursor = null;
+  forgetTimers();
   failed.available = null;
   for (const id of SIGNED_IN_ONLY) $(id).hidden = true;
   $("new-key").hidden = true;
