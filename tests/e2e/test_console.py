@@ -431,10 +431,21 @@ def test_a_failed_webhook_fire_is_found_and_redelivered_from_the_console(
         wait = WebDriverWait(
             browser, UI_TIMEOUT_S, ignored_exceptions=[StaleElementReferenceException]
         )
-        browser.get(webhook_stack.console)
+        # Signed in on the timer's page, its check for failed fires held; the list's own load
+        # overtakes it: the fire is listed once when the held answer lands.
+        browser.get(f"{webhook_stack.console}#/timers/{timer['id']}")
+        browser.execute_script(WATCH_LOADS, r"/v1/fires\?")
+        browser.execute_script("window.holding = true")
         wait.until(ec.visibility_of_element_located((By.ID, "api-key"))).send_keys(key)
         browser.find_element(By.CSS_SELECTOR, "#sign-in-form button[type=submit]").click()
         wait.until(ec.text_to_be_present_in_element((By.ID, "whoami"), "Tenant demo"))
+        wait.until(lambda d: d.execute_script("return window.held.length") == 1)
+        browser.execute_script("window.holding = false; location.hash = '#/'")
+        group = f".failed-group[data-timer={timer['id']}]"
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f"{group} tbody tr"))
+        browser.execute_script("window.held.shift()()")
+        wait.until(all_handled)
+        assert len(browser.find_elements(By.CSS_SELECTOR, f"{group} tbody tr")) == 1
 
         # The timer's page shows the failed POST's last error: status, latency, the answer.
         browser.get(f"{webhook_stack.console}#/timers/{timer['id']}")
@@ -445,7 +456,6 @@ def test_a_failed_webhook_fire_is_found_and_redelivered_from_the_console(
         assert fire["last_error"]["status"] == 400 and fire["last_error"]["body"] == "ok"
         browser.get(webhook_stack.console)  # a fresh load (no fragment): one list render
         panel = wait.until(ec.visibility_of_element_located((By.ID, "failed-panel")))
-        group = f".failed-group[data-timer={timer['id']}]"
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f"{group} tbody tr"))
         block = panel.find_element(By.CSS_SELECTOR, group)
         assert block.find_element(By.CSS_SELECTOR, ".row span").text == hostile  # as text
@@ -674,28 +684,37 @@ def test_a_group_filtered_and_paused_then_deleted_behind_a_confirmation(
     local_stack.request("DELETE", f"/timers/{made[3]}", key=key)
 
 
-# The page's fetch, wrapped: while window.holding is set, a list of timers is held until the
-# test lets it go; window.heldLanded is set once its answer has been handled (the macrotask
-# after its body is read runs after the page's own promise chain).
-HOLD_LISTS = """
+# The page's fetch, watched for the API paths matching arguments[0]: window.loads counts the
+# calls asked and answered - answered once the page has handled the answer (the macrotask after
+# its body is read runs after the page's own promise chain) - and while window.holding is set,
+# a call waits in window.held until the test lets it go.
+WATCH_LOADS = """
+const pattern = new RegExp(arguments[0]);
 window.realFetch = window.fetch;
 window.holding = false;
 window.held = [];
-window.heldLanded = false;
+window.loads = { asked: 0, handled: 0 };
 window.fetch = (input, init) => {
-  const isList = /\\/v1\\/timers\\?/.test(String(input));
-  if (!window.holding || !isList) return window.realFetch(input, init);
-  return new Promise((resolve) => window.held.push(async () => {
+  if (!pattern.test(String(input))) return window.realFetch(input, init);
+  window.loads.asked += 1;
+  const answer = async () => {
     const response = await window.realFetch(input, init);
     const text = response.text.bind(response);
     response.text = () => text().then((body) => {
-      setTimeout(() => { window.heldLanded = true; }, 0);
+      setTimeout(() => { window.loads.handled += 1; }, 0);
       return body;
     });
-    resolve(response);
-  }));
+    return response;
+  };
+  if (!window.holding) return answer();
+  return new Promise((resolve) => window.held.push(() => resolve(answer())));
 };
 """
+
+
+def all_handled(browser: Any) -> bool:
+    loads: dict[str, int] = browser.execute_script("return window.loads")
+    return loads["asked"] == loads["handled"]
 
 
 def test_a_list_answer_overtaken_by_a_filter_change_or_a_sign_out_is_not_shown(
@@ -740,14 +759,14 @@ def test_a_list_answer_overtaken_by_a_filter_change_or_a_sign_out_is_not_shown(
         browser.find_element(By.ID, "group-filter").send_keys(group + "\n")
 
     def hold_a_list() -> None:
-        browser.execute_script("window.holding = true; window.heldLanded = false")
+        browser.execute_script("window.holding = true")
         browser.find_element(By.ID, "refresh-timers").click()
         wait.until(lambda d: d.execute_script("return window.held.length") == 1)
         browser.execute_script("window.holding = false")
 
     def let_it_land() -> None:
         browser.execute_script("window.held.shift()()")
-        wait.until(lambda d: d.execute_script("return window.heldLanded"))
+        wait.until(all_handled)
 
     browser.get(f"{local_stack.console}#/")
     browser.refresh()
@@ -755,7 +774,7 @@ def test_a_list_answer_overtaken_by_a_filter_change_or_a_sign_out_is_not_shown(
         sign_in()
     filter_by(first)
     wait.until(lambda d: shown_names() == [f"{first}-0"])
-    browser.execute_script(HOLD_LISTS)
+    browser.execute_script(WATCH_LOADS, r"/v1/timers\?")
 
     # A refresh of the first group's list is held; the second group's overtakes it.
     hold_a_list()

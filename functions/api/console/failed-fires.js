@@ -5,7 +5,7 @@
 import { api, query, segment } from "./api.js";
 import { $, clearError, el, hiddenText, labelCells, notice, scrollBox, showError, smallButton } from "./dom.js";
 import { orDash, timeCell } from "./format.js";
-import { failed, page } from "./state.js";
+import { failed, newestOnly, page } from "./state.js";
 
 const FAILED_COLUMNS = ["Fire", "Due", "Failed", "Reason", "Last status", "Attempts", ""];
 
@@ -22,8 +22,11 @@ function failedQuery(cursor) {
   });
 }
 
+const failedLoad = newestOnly();
+
 export async function loadFailed(reset) {
   if (failed.available === false) return;
+  const isNewest = failedLoad();
   if (reset) {
     failed.items = [];
     failed.cursor = null;
@@ -31,10 +34,12 @@ export async function loadFailed(reset) {
   clearError($("failed-error"));
   try {
     const answer = await api("GET", `fires${failedQuery(failed.cursor)}`);
+    if (!isNewest()) return;
     failed.available = true;
     failed.items.push(...answer.items);
     failed.cursor = answer.next_cursor;
   } catch (error) {
+    if (!isNewest()) return;
     if (error.status === 404 && failed.available === null) {
       failed.available = false;
       $("failed-panel").hidden = true;

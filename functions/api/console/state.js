@@ -20,3 +20,15 @@ export const page = {
 // The failed fires. available: null until the API first answers, false when it has no such
 // routes (an older deployment: a 404 hides the panel and the Redeliver buttons).
 export const failed = { available: null, items: [], cursor: null };
+
+// Loads of one list overlap (a filter changed while a page is on its way; the timer page's
+// check for failed fires, then the list's own load): each load takes a ticket, and only the
+// newest ticket's answer is kept - an older one would land beside it. A new ticket drops the
+// answers still on their way.
+export function newestOnly() {
+  let newest = 0;
+  return () => {
+    const mine = ++newest;
+    return () => mine === newest;
+  };
+}

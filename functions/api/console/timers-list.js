@@ -4,28 +4,28 @@
 import { api, query, segment } from "./api.js";
 import { $, clearError, el, labelCells, showError } from "./dom.js";
 import { describeSchedule, nextFireCell } from "./format.js";
-import { list } from "./state.js";
+import { list, newestOnly } from "./state.js";
 
-// Loads overlap (a filter changed while the first page is on its way): only the newest one's
-// answer is shown, or an older, unfiltered page would land in the filtered list.
-let newestLoad = 0;
+const listLoad = newestOnly();
 
 export async function loadTimers(reset) {
-  const load = ++newestLoad;
+  const isNewest = listLoad();
+  if (reset) {
+    list.timers = [];
+    list.cursor = null;
+  }
   clearError($("timers-error"));
   const group = $("group-filter").value.trim();
-  const params = { status: $("status-filter").value, group, limit: 50, cursor: reset ? null : list.cursor };
+  const params = { status: $("status-filter").value, group, limit: 50, cursor: list.cursor };
   showGroupActions(group);
   try {
     const page = await api("GET", `timers${query(params)}`);
-    if (load !== newestLoad) return;
-    if (reset) list.timers = [];
+    if (!isNewest()) return;
     list.timers.push(...page.items);
     list.cursor = page.next_cursor;
     list.loaded = true;
   } catch (error) {
-    if (load !== newestLoad) return;
-    if (reset) list.timers = [];
+    if (!isNewest()) return;
     showError($("timers-error"), error);
   }
   renderTimers();
@@ -33,7 +33,7 @@ export async function loadTimers(reset) {
 
 // Sign-out: the list is forgotten, and a page still on its way is dropped when it lands.
 export function forgetTimers() {
-  newestLoad += 1;
+  listLoad();
   list.timers = [];
   list.cursor = null;
   list.loaded = false;
