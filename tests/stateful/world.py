@@ -81,8 +81,13 @@ class Runaway(BaseException):
 
 
 TENANTS = ("acme", "globex")
+STEP_MS = 5
+"""What each step of a trigger run (a lease, a claim, a send, a record, a checkpoint: a round
+trip each) takes on the injected clock, as it takes time on AWS: a long run (a month of a
+``fire_all`` timer's missed minutes, one a lease) stops leasing at its 15 s and hands over."""
 RUNAWAY_STEPS = 5_000
-"""Steps (hook calls) one run may take: a run drains at most a few hundred leases here."""
+"""Steps (hook calls) one run may take: 25 s of STEP_MS, past the 15 s after which a run
+leases nothing more - a run that goes on is a loop."""
 RUNAWAY_CALLS = int(os.environ.get("TIMERS_MACHINE_RUNAWAY_CALLS", "30000"))
 """DynamoDB calls one step of the machine may make (settles included): a walk that never ends
 (a chain read round and round) fails the test as a Runaway instead of hanging it."""
@@ -494,6 +499,7 @@ class World:
         steps = itertools.count()
 
         def counted(step: Hook) -> None:
+            self.clock.advance(STEP_MS)
             if next(steps) > RUNAWAY_STEPS:
                 raise Runaway(f"a trigger run of bucket {bucket} never ends")
             if hooks is not None:
@@ -598,7 +604,8 @@ class World:
                     self.redis.hget(keys.data(b), keys.SENTINEL))
                 for b in range(self.index.bucket_count)
             }  # fmt: skip
-        claimed = {f: at for f, at in self.model.claimed.items() if f.startswith(timer_id)}
+        claims = [(f, at) for f, at in self.model.claimed.items() if f.startswith(f"{timer_id}:")]
+        claimed = f"{len(claims)}, the last: {dict(claims[-10:])}"
         return (
             f"view: {view}\nwake listings: {listings}\nby bucket (due score, card, "
             f"sentinel): {buckets}\nclaimed: {claimed}\ncluster faults: {self.cluster_faults}"
