@@ -16,7 +16,6 @@ from botocore.exceptions import BotoCoreError, ClientError
 from timers.core.timer import Timer
 from timers.engine.callbacks import Delivery
 from timers.engine.entries import (
-    LAPSE_MARGIN_MS,
     Entry,
     EntryRef,
     Step,
@@ -241,7 +240,7 @@ class Claimer:
                 out.already_fired += action == "done"
             elif action == "wait":  # leased again once that claim lapsed, not ARM_MS before
                 assert at.entry is not None
-                out.held[job.card] = (at.entry.until or 0) + LAPSE_MARGIN_MS + 1 + ARM_MS
+                out.held[job.card] = at.entry.lapses_at + ARM_MS
             else:
                 out.stale.append(job.card)
         for key, takes in to_take.items():

@@ -94,8 +94,9 @@ class Entry:
     end: bool = False  # the chain ends here
     hook: bool = False  # sent to an HTTP target: it has a delivery record
 
-    def lapsed(self, now_ms: int) -> bool:
-        return self.state == "p" and (self.until or 0) < now_ms - LAPSE_MARGIN_MS
+    @property
+    def lapses_at(self) -> int:  # a claim's first instant taken over: claim.py waits for it too
+        return (self.until or 0) + LAPSE_MARGIN_MS + 1
 
     @property
     def is_fire(self) -> bool:
@@ -125,7 +126,7 @@ def decide_claim(
         return "done"
     if existing.owner == owner:
         return "ours"
-    return "take_over" if existing.lapsed(now_ms) else "wait"
+    return "take_over" if existing.lapses_at <= now_ms else "wait"
 
 
 def successor(entry: Entry, pos: int, plan: Plan) -> int | None:
