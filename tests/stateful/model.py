@@ -17,9 +17,7 @@ The rules, from docs/fire-path.md and the contract:
 - never lost: every claimed fire of a timer that still exists is sent (a claim is a promise);
   every occurrence of the current revision due after it began (past the arming window) is
   sent, all of them with ``fire_all``, those due while the service ran without faults with the
-  other misfire policies, up to ``max_fires``; a ``fire_all`` timer resumed after weeks paused
-  sends what it missed first, oldest first, one a lease: behind, not losing, while it is still
-  sending at the settle's end with no occurrence skipped;
+  other misfire policies, up to ``max_fires``;
 - what GET and the fire history show is what was sent (the count: since the last reset);
 - a reset restarts the plan from its answer: nothing claimed before it is sent after it;
 - run now sends one fire of the timer as its request reads it, before it answers, counted in
@@ -46,9 +44,6 @@ RECOVERY_MS = 35_000
 """How long into a settle a run killed before it may still hold a position: its leases and
 claims lapse ~3 s after its deadline (runs get 30 s). Until then a misfire policy other than
 fire_all may rightly collapse what the timer missed."""
-CATCHING_UP_MS = 5_000
-"""A ``fire_all`` timer is still catching up if it sent a fire this close to the settle's end
-(a run stops leasing after 15 s; the fan-out starts the next within a second)."""
 
 
 @dataclass
@@ -222,26 +217,10 @@ class Model:
                 )
                 continue
             missing = sorted(set(due) - sent)
-            if missing and r.misfire == "fire_all" and self.catching_up(timer.id, settled_to):
-                first = min(s.due for s in self.sends
-                            if s.timer_id == timer.id and s.at >= settled_from)  # fmt: skip
-                newest = max(sent)
-                skipped = [d for d in r.occurrences(first, newest) if d not in sent]
-                assert first < r.since, f"{timer.id} is late, with no backlog to catch up"
-                assert not skipped and missing[0] > newest, (
-                    f"a fire_all catch-up skipped {skipped[:5]} (sent up to {newest}, "
-                    f"missing {missing[:5]})\n{timer}\n{self.held_for(timer.id)}"
-                )
-                continue
             assert not missing, (
                 f"lost fires of {timer.id}: {missing[:5]}...\n{timer}\n{self.held_for(timer.id)}"
             )
         self.check_windows(settled_from + RECOVERY_MS, horizon)
-
-    def catching_up(self, timer_id: str, settled_to: int) -> bool:
-        """Whether a timer's fires are still going out at the settle's end (a long catch-up)."""
-        return any(s.timer_id == timer_id and s.at >= settled_to - CATCHING_UP_MS
-                   for s in self.sends)  # fmt: skip
 
     def check_windows(self, settled_from: int, settled_to: int) -> None:
         """A fire of a timer with a window lands in [due, due + window] while the service runs
