@@ -79,9 +79,7 @@ def test_sign_in_create_watch_the_fire_pause_delete_and_read_an_error(
     # ---- sign in: the key goes to sessionStorage, never into the URL
     assert local_stack.console == f"{local_stack.api}/console"  # the line make run prints
     browser.get(local_stack.console)
-    wait.until(ec.visibility_of_element_located((By.ID, "api-key"))).send_keys(key)
-    browser.find_element(By.CSS_SELECTOR, "#sign-in-form button[type=submit]").click()
-    wait.until(ec.text_to_be_present_in_element((By.ID, "whoami"), "Tenant demo"))
+    sign_in(browser, wait, key)
     assert key not in browser.current_url
     assert browser.execute_script("return sessionStorage.getItem('timers.apiKey')") == key
     wait.until(lambda d: f"heartbeat-{run}" in texts("#timers-table tbody td"))
@@ -436,9 +434,7 @@ def test_a_failed_webhook_fire_is_found_and_redelivered_from_the_console(
         browser.get(f"{webhook_stack.console}#/timers/{timer['id']}")
         browser.execute_script(WATCH_LOADS, r"/v1/fires\?")
         browser.execute_script("window.holding = true")
-        wait.until(ec.visibility_of_element_located((By.ID, "api-key"))).send_keys(key)
-        browser.find_element(By.CSS_SELECTOR, "#sign-in-form button[type=submit]").click()
-        wait.until(ec.text_to_be_present_in_element((By.ID, "whoami"), "Tenant demo"))
+        sign_in(browser, wait, key)
         wait.until(lambda d: d.execute_script("return window.held.length") == 1)
         browser.execute_script("window.holding = false; location.hash = '#/'")
         group = f".failed-group[data-timer={timer['id']}]"
@@ -524,9 +520,7 @@ def test_edit_reset_run_now_keys_and_usage_from_the_console(
         return body
 
     browser.get(local_stack.console)
-    wait.until(ec.visibility_of_element_located((By.ID, "api-key"))).send_keys(key)
-    browser.find_element(By.CSS_SELECTOR, "#sign-in-form button[type=submit]").click()
-    wait.until(ec.text_to_be_present_in_element((By.ID, "whoami"), "Tenant demo"))
+    sign_in(browser, wait, key)
     browser.get(f"{local_stack.console}#/timers/{timer['id']}")
     wait.until(ec.text_to_be_present_in_element((By.ID, "timer-id"), timer["id"]))
 
@@ -722,7 +716,6 @@ def test_a_list_answer_overtaken_by_a_filter_change_or_a_sign_out_is_not_shown(
 ) -> None:
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
     key = local_stack.ready["Tenant demo API key: "]
@@ -749,11 +742,6 @@ def test_a_list_answer_overtaken_by_a_filter_change_or_a_sign_out_is_not_shown(
         )
         return names
 
-    def sign_in() -> None:
-        wait.until(ec.visibility_of_element_located((By.ID, "api-key"))).send_keys(key)
-        browser.find_element(By.CSS_SELECTOR, "#sign-in-form button[type=submit]").click()
-        wait.until(ec.text_to_be_present_in_element((By.ID, "whoami"), "Tenant demo"))
-
     def filter_by(group: str) -> None:
         browser.find_element(By.ID, "group-filter").clear()
         browser.find_element(By.ID, "group-filter").send_keys(group + "\n")
@@ -771,7 +759,7 @@ def test_a_list_answer_overtaken_by_a_filter_change_or_a_sign_out_is_not_shown(
     browser.get(f"{local_stack.console}#/")
     browser.refresh()
     if by_visible(browser, "api-key"):
-        sign_in()
+        sign_in(browser, wait, key)
     filter_by(first)
     wait.until(lambda d: shown_names() == [f"{first}-0"])
     browser.execute_script(WATCH_LOADS, r"/v1/timers\?")
@@ -788,11 +776,21 @@ def test_a_list_answer_overtaken_by_a_filter_change_or_a_sign_out_is_not_shown(
     browser.find_element(By.ID, "sign-out").click()
     let_it_land()
     create(second, 2)
-    sign_in()
+    sign_in(browser, wait, key)
     wait.until(lambda d: shown_names() == [f"{second}-{i}" for i in range(3)])
     for timer_id in made:
         local_stack.request("DELETE", f"/timers/{timer_id}", key=key)
     browser.execute_script("sessionStorage.clear()")
+
+
+def sign_in(browser: Any, wait: Any, key: str) -> None:
+    """Sign in on the shown sign-in form and wait until the page says who is signed in."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+
+    wait.until(ec.visibility_of_element_located((By.ID, "api-key"))).send_keys(key)
+    browser.find_element(By.CSS_SELECTOR, "#sign-in-form button[type=submit]").click()
+    wait.until(ec.text_to_be_present_in_element((By.ID, "whoami"), "Tenant demo"))
 
 
 def by_visible(browser: Any, element_id: str) -> bool:
