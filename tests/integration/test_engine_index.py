@@ -9,6 +9,7 @@ A bucket holds one member per timer: ``due`` (member -> when it may next be leas
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import threading
@@ -30,6 +31,7 @@ from timers.core.schedule import AfterSchedule, AtSchedule, CronSchedule, EveryS
 from timers.core.timer import Status, Timer
 from timers.core.webhooks import Webhook
 from timers.engine import keys
+from timers.engine.entries import path_hash
 from timers.engine.index import (
     CHUNK,
     ENDED,
@@ -42,6 +44,7 @@ from timers.engine.index import (
     PeekPending,
     member_of,
 )
+from timers.engine.log import child_key
 
 pytestmark = pytest.mark.integration
 
@@ -593,6 +596,30 @@ def test_a_change_at_the_leased_position_is_leasable_while_the_stale_card_is_set
     assert index.put([changed]) == 1
     assert index.settle(0, [(leased, None, 1)]) == NOW  # no newer card is dropped
     assert lease(index, lease_end=NOW + 60_000).cards == [changed]
+
+
+def test_a_windowed_crowd_is_leased_in_the_order_its_claim_items_fill(
+    index: BucketIndex,
+) -> None:
+    """An aligned instant's crowd goes out lease by lease in the order of its fire-log path (the
+    digits that place entries below sealed claim items): consecutive leases fill one claim item
+    after another instead of adding a few entries to each of them. The order is a fraction of
+    a millisecond on the score: never leasable before the send instant, at most 1 ms after."""
+    windowed = [Card(replace(c.timer, window_ms=60_000, grain_ms=30_000), c.pos) for c in many(300)]
+    send = windowed[0].due_at
+    assert {c.due_at for c in windowed} == {send} and send > NOW
+    index.put(windowed)
+    assert all(send <= c.score < send + 1 for c in windowed)
+    head = math.ceil(min(c.score for c in windowed))  # never announced before it is leasable
+    assert lease(index, send - 1) == Leased([], head)
+    taken = [c for _ in range(4) for c in lease(index, send + 1).cards]
+    assert len(taken) == 300
+    paths = [path_hash(c.timer.id)[:2] for c in taken]
+    assert paths == sorted(paths), "leased out of the claim items' order"
+    assert child_key("7/1764400000", f"{taken[0].timer.id}@0").endswith("/" + paths[0][0])
+    sole = card("sole", send)  # on the dot: its score is its send instant, to the ms
+    index.put([replace(sole, timer=replace(sole.timer, window_ms=0))])
+    assert scores(index)[sole.member] == send and lease(index, send).cards == [sole]
 
 
 def test_settle_returns_the_earliest_score(index: BucketIndex) -> None:

@@ -6,6 +6,7 @@ here: a walk is a generator that asks its driver (:func:`drive`) for entries.
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -53,6 +54,13 @@ def entry_ref(partition: int, timer_id: str, pos: int, grain_ms: int = 0) -> Ent
     ``<timer>@<ms from that second>`` (negative for a windowed fire due before it)."""
     second = claim_second(partition, pos, grain_ms)
     return f"{partition}/{second}", f"{timer_id}@{pos - second * 1000:03d}"
+
+
+def path_hash(timer_id: str) -> str:
+    """The digits that place a timer's entries below sealed fire-log items (``log.child_key``)
+    and order an aligned instant's crowd in Redis (``Card.score``): leased in that order, the
+    crowd fills one claim item after another."""
+    return hashlib.blake2b(timer_id.encode(), digest_size=8).hexdigest()
 
 
 def ref_of(timer: Timer, pos: int) -> EntryRef:

@@ -6,14 +6,14 @@ the migrator restores. A lease is a later score, not a record: a dead run's memb
 
 from __future__ import annotations
 
-import hashlib
 import json
+import math
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from redis.exceptions import NoScriptError
 
@@ -22,7 +22,10 @@ from timers.core.timer import Timer
 from timers.core.webhooks import RetryPolicy, Webhook
 from timers.core.window import send_at
 from timers.engine import keys
+from timers.engine.entries import path_hash
+from timers.store.redis_scripts import RedisPort, Script, as_text
 
+LUA = Path(__file__).parent / "lua"
 CHUNK = 500  # members per script call: bounds how long one call blocks Redis (and Lua's unpack)
 ENDED = 9_999_999_999_999  # the checkpoint lua/check.lua answers for a revision's ended chain
 NOTED = 10**13  # ended-chain notes' scores start here (year 2286): never leased, never a head
@@ -68,6 +71,13 @@ class Card:
         aligned instant within its window ("The flexible window" in docs/fire-path.md)."""
         t = self.timer
         return send_at(self.pos, t.window_ms, t.grain_ms, t.partition)
+
+    @property
+    def score(self) -> float:
+        """The send instant - with a window, plus a fraction of a ms by its fire-log path: an
+        aligned instant's crowd is leased in the order its claim items fill (docs/fire-path.md)."""
+        order = int(path_hash(self.timer.id)[:2], 16) / 256 if self.timer.window_ms else 0
+        return self.due_at + order
 
     def at(self, pos: int, n: int, pv: int | None, ckpt: int | None = None) -> Card:
         return replace(self, pos=pos, n=n, pv=pv, ckpt=self.ckpt if ckpt is None else ckpt)
@@ -131,26 +141,6 @@ class PeekPending(Exception):
     """The bucket's shard has not answered within SHARD_WAIT_S: no news this poll (not down)."""
 
 
-class RedisPort(Protocol):
-    """The commands used; ``redis.Redis`` and ``redis.RedisCluster`` fit."""
-
-    def register_script(self, script: str) -> Any: ...
-    def pipeline(self, transaction: bool = True) -> Any: ...
-    def get(self, name: str) -> Any: ...
-    def hget(self, name: str, key: str) -> Any: ...
-    def hset(self, name: str, key: str, value: str) -> Any: ...
-
-
-class Script:
-    """A Lua file, registered once (EVALSHA, loading it on NOSCRIPT)."""
-
-    def __init__(self, client: RedisPort, name: str) -> None:
-        lua = Path(__file__).parent / "lua"
-        text = (lua / "bulk.lua").read_text() + (lua / f"{name}.lua").read_text()
-        self.run = client.register_script(text)
-        self.sha = hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
-
-
 Call = tuple[list[str], list[Any]]
 
 
@@ -161,7 +151,7 @@ class BucketIndex:
         self.client = client
         self.bucket_count = bucket_count
         self._scripts = {
-            name: Script(client, name)
+            name: Script(client, LUA, name, "bulk")
             for name in ("put", "lease", "finish", "check", "token", "swap", "start")
         }
         self._shard_pool: ThreadPoolExecutor | None = None
@@ -179,12 +169,12 @@ class BucketIndex:
 
     def put(self, cards: Iterable[Card], keep_lease: bool = False) -> int:
         """Store each card where it is newer than what the bucket holds (a later revision, or a
-        later position of the same one), leasable from its ``due_at`` - or, ``keep_lease`` (a
-        change adopting a claimed fire), from a stored member's score raised to its ``due_at``
+        later position of the same one), leasable from its ``score`` - or, ``keep_lease`` (a
+        change adopting a claimed fire), from a stored member's score raised to its ``score``
         (lua/put.lua). Returns how many."""
         keep = "k" if keep_lease else ""  # lua/put.lua: keep the stored score
         rows = [
-            (c.timer.partition, [c.member, c.timer.rev, c.pos, c.encode(), f"{keep}{c.due_at}"])
+            (c.timer.partition, [c.member, c.timer.rev, c.pos, c.encode(), f"{keep}{c.score}"])
             for c in cards
         ]
         return sum(int(r[0]) for r in self._per_bucket("put", rows))
@@ -231,7 +221,7 @@ class BucketIndex:
         call_keys = [*self._keys(bucket), keys.tags(bucket), keys.tails(bucket)]
         members, cards, first = self._eval("lease", [(call_keys, args)])[0]
         return Leased(
-            [Card.decode(_text(m), _text(c)) for m, c in zip(members, cards, strict=True)],
+            [Card.decode(as_text(m), as_text(c)) for m, c in zip(members, cards, strict=True)],
             _score(first),
         )
 
@@ -239,7 +229,7 @@ class BucketIndex:
         self, bucket: int, moves: Sequence[tuple[Card, Card | None, int]],
         ended: Collection[str] = (), now: int = 0,
     ) -> int | None:  # fmt: skip
-        """Move each leased card on to the next (leasable from its ``due_at``) or drop it (None),
+        """Move each leased card on to the next (leasable from its ``score``) or drop it (None),
         if it is still at the position leased and of no newer revision than the one given (a
         change since owns it); a dropped member in ``ended`` notes (at ``now``) that its
         revision's chain ended. Returns the bucket's earliest score."""
@@ -251,7 +241,7 @@ class BucketIndex:
                 card.pos,
                 rev,
                 drop if following is None else following.encode(),
-                NOTED + now if following is None else following.due_at,
+                NOTED + now if following is None else following.score,
             ]
         return self._finish(bucket, args)
 
@@ -350,7 +340,7 @@ class BucketIndex:
             pair = first[0] if first and isinstance(first[0], list | tuple) else first  # RESP3
             head = _score(pair[1]) if pair else None
             sentinel, ran, cold = fields
-            out[bucket] = Peek(head, 0, sentinel and _text(sentinel), _int(ran), _int(cold))
+            out[bucket] = Peek(head, 0, sentinel and as_text(sentinel), _int(ran), _int(cold))
             if head is not None and head <= until:
                 ready.append(bucket)
         if ready:
@@ -386,7 +376,7 @@ class BucketIndex:
     def run_promise(self, bucket: int, slot: int) -> int | None:
         """By when the slot's run promised its next beat (None: free, or no promise)."""
         held = self.client.get(keys.run(bucket, slot))
-        promise = None if held is None else _text(held).partition("@")[2]
+        promise = None if held is None else as_text(held).partition("@")[2]
         return int(promise) if promise else None
 
     def runs(self, slots: Collection[tuple[int, int]]) -> dict[tuple[int, int], str | None]:
@@ -401,7 +391,7 @@ class BucketIndex:
             pipe.execute_command("GET", keys.run(bucket, slot))
         got = pipe.execute(raise_on_error=False)
         return {
-            s: None if v is None else _text(v)
+            s: None if v is None else as_text(v)
             for s, v in zip(ordered, got, strict=True)
             if not isinstance(v, Exception)
         }
@@ -417,7 +407,7 @@ class BucketIndex:
 
     def field(self, bucket: int, name: str) -> str | None:
         got = self.client.hget(keys.data(bucket), name)
-        return None if got is None else _text(got)
+        return None if got is None else as_text(got)
 
     def set_field(self, bucket: int, name: str, value: str | int) -> None:
         self.client.hset(keys.data(bucket), name, str(value))
@@ -436,7 +426,7 @@ class BucketIndex:
         scored.execute_command("HGETALL", keys.data(bucket))
         pairs, data = scored.execute()
         texts = {
-            _text(k): _text(v)
+            as_text(k): as_text(v)
             for k, v in (
                 data.items() if isinstance(data, dict) else zip(data[::2], data[1::2], strict=True)
             )
@@ -447,9 +437,9 @@ class BucketIndex:
             else [x for p in pairs for x in p]
         )
         return {
-            _text(m): (int(float(s)), Card.decode(_text(m), texts[_text(m)]))
+            as_text(m): (int(float(s)), Card.decode(as_text(m), texts[as_text(m)]))
             for m, s in zip(flat[::2], flat[1::2], strict=True)
-            if _text(m) in texts
+            if as_text(m) in texts
         }
 
     # ---------------------------------------------------------------- plumbing
@@ -487,14 +477,10 @@ class BucketIndex:
         return results
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _int(value: Any) -> int | None:
-    return None if value is None else int(_text(value))
+    return None if value is None else int(as_text(value))
 
 
 def _score(value: Any) -> int | None:
-    score = int(float(_text(value)))
+    score = math.ceil(float(as_text(value)))  # a fraction (a windowed card): from the next ms
     return None if score < 0 else score

@@ -10,7 +10,6 @@ Reads fetch whole items: a projection naming each wanted entry of 100 items outg
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, cast
@@ -18,7 +17,7 @@ from typing import Any, cast
 from botocore.exceptions import ClientError
 
 from timers.core.errors import ConcurrentUpdate
-from timers.engine.entries import Entry, EntryRef
+from timers.engine.entries import Entry, EntryRef, path_hash
 from timers.store.dynamodb import LowLevelClient, condition_failed
 
 CHUNK = 50
@@ -80,7 +79,7 @@ def child_key(key: str, name: str) -> str:
     if depth >= MAX_DEPTH:
         raise RuntimeError(f"fire log: no room left on the path of {name} at {key}")
     timer_id = name.split("@", 1)[0]
-    return f"{key}/{hashlib.blake2b(timer_id.encode(), digest_size=8).hexdigest()[depth]}"
+    return f"{key}/{path_hash(timer_id)[depth]}"
 
 
 def chunks(entries: Mapping[str, Any], size: int = CHUNK) -> list[dict[str, Any]]:
