@@ -622,6 +622,38 @@ def test_a_windowed_crowd_is_leased_in_the_order_its_claim_items_fill(
     assert scores(index)[sole.member] == send and lease(index, send).cards == [sole]
 
 
+@pytest.mark.parametrize("base", [NOW, NOW + 123_457, 2**41 + 1, 9_000_000_000_001])
+def test_every_fraction_of_a_windowed_score_is_stored_exactly(
+    index: BucketIndex, redis_client: redis.Redis, base: int
+) -> None:
+    """Each of the 256 fractions, through put and settle, up to the ended-chain notes' 10^13:
+    Redis holds the send instant + k/256 exactly (never below the send instant, never rounded
+    to the next ms); a lease by the send instant takes only k = 0, one by the next ms all."""
+    by_fraction: dict[int, str] = {}
+    for i in range(100_000):
+        by_fraction.setdefault(int(path_hash(f"tmr_{i:06d}")[:2], 16), f"tmr_{i:06d}")
+        if len(by_fraction) == 256:
+            break
+    cards = [
+        Card(replace(card(by_fraction[k], base).timer, window_ms=60_000, grain_ms=30_000), base)
+        for k in range(256)
+    ]
+    send = cards[0].due_at
+
+    def exact() -> None:
+        for k, c in enumerate(cards):
+            assert float(redis_client.zscore(keys.due(0), c.member)) == send + k / 256, k
+
+    index.put(cards)
+    exact()
+    assert lease(index, send, lease_end=send + 100_000).cards == cards[:1]
+    assert len(lease(index, send + 1, lease_end=send + 100_000, limit=300).cards) == 255
+    assert index.settle(0, [(c, c.at(c.pos + 1, 1, c.pos), 1) for c in cards]) == send
+    exact()
+    short = replace(cards[1], timer=replace(cards[1].timer, window_ms=500, grain_ms=0))
+    assert short.score == short.due_at == base  # a window under 1 s is on the dot: no fraction
+
+
 def test_settle_returns_the_earliest_score(index: BucketIndex) -> None:
     a, b, c = card("a", NOW), card("b", NOW + 70), card("c", NOW + 50)
     index.put([a, b, c])

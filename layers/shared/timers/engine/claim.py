@@ -143,7 +143,7 @@ class Claimer:
 
     @property
     def chunk(self) -> int:
-        return min(CHUNK, self.log.cap // 2)
+        return min(CHUNK, self.log.cap)
 
     def claim(self, jobs: Sequence[Job]) -> Claimed:
         out = Claimed()

@@ -20,7 +20,7 @@ from redis.exceptions import NoScriptError
 from timers.core.schedule import schedule_from_dict, schedule_to_dict
 from timers.core.timer import Timer
 from timers.core.webhooks import RetryPolicy, Webhook
-from timers.core.window import send_at
+from timers.core.window import grain_for, send_at
 from timers.engine import keys
 from timers.engine.entries import path_hash
 from timers.store.redis_scripts import RedisPort, Script, as_text
@@ -76,7 +76,8 @@ class Card:
     def score(self) -> float:
         """The send instant - with a window, plus a fraction of a ms by its fire-log path: an
         aligned instant's crowd is leased in the order its claim items fill (docs/fire-path.md)."""
-        order = int(path_hash(self.timer.id)[:2], 16) / 256 if self.timer.window_ms else 0
+        aligned = grain_for(self.timer.window_ms)  # (a window under 1 s is on the dot)
+        order = int(path_hash(self.timer.id)[:2], 16) / 256 if aligned else 0
         return self.due_at + order
 
     def at(self, pos: int, n: int, pv: int | None, ckpt: int | None = None) -> Card:

@@ -20,9 +20,11 @@ from timers.core.errors import ConcurrentUpdate
 from timers.engine.entries import Entry, EntryRef, path_hash
 from timers.store.dynamodb import LowLevelClient, condition_failed
 
-CHUNK = 50
-"""Entries per conditional write: DynamoDB counts ~4 operators per recorded entry and allows
-300 per expression (a record of 75 entries is refused), and 4 KB per expression string."""
+CHUNK = 64
+"""Entries per conditional write: a full item's (CLAIM_CAP), so that a windowed crowd leased in
+its items' order claims and records each item in one write. DynamoDB counts ~4 operators per
+recorded entry and allows 300 per expression (a record of 75 entries is refused), and 4 KB per
+expression string."""
 CLAIM_CAP = 64
 """Entries an item takes before it is sealed: ~6 KB. A write costs the item's size (1 WRU a
 KB), so an item that grows past what one lease claims makes every later claim and record in it
