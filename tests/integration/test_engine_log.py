@@ -10,7 +10,7 @@ import pytest
 
 from ops.template import local_settings
 from timers.engine.entries import Entry, entry_ref, fence
-from timers.engine.log import FireLog, to_entry, to_map
+from timers.engine.log import FireLog, entry_map, to_entry
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +81,7 @@ def test_an_adoption_is_written_only_over_the_claim_as_read(log: FireLog) -> Non
 def test_an_entry_round_trips_every_field() -> None:
     entry = Entry("f", 3, n=7, pv=1, owner="o", until=2, enqueued=3, reason="x", fired=4,
                   next=5, end=True, hook=True)  # fmt: skip
-    assert to_entry(to_map(entry)) == entry
+    assert to_entry(entry_map(entry)) == entry
 
 
 def test_a_take_over_of_many_entries_is_one_write_all_or_none(log: FireLog) -> None:

@@ -1422,7 +1422,8 @@ def test_claims_go_below_the_full_items_a_run_has_seen(rig: Rig) -> None:
     rig.clock.now = T0 + 1_000
     rig.run_until_idle()
     assert rig.per_fire() == Counter({f"{t['id']}:{T0 + 1_000}": 1 for t in created})
-    assert refused and max(Counter(refused).values()) == 1  # without the routing: ~28 at the root
+    # at most once (none where the run's own claims filled it); without the routing ~28 at the root
+    assert max(Counter(refused).values(), default=0) <= 1
 
 
 def test_a_change_fences_its_cursor_below_a_full_item(rig: Rig) -> None:
@@ -1732,6 +1733,41 @@ def test_windowed_fires_of_a_partition_due_within_a_grain_are_sent_together(rig:
     shown = rig.fires(made[0]["id"])
     assert shown[0]["scheduled_at"] == format_ms(dues[0])
     assert 29_000 <= shown[0]["lag_ms"] <= 29_005  # counted from the due time
+
+
+def test_a_windowed_crowd_writes_each_claim_item_whole_and_none_in_vain(rig: Rig) -> None:
+    """A write costs its item's whole size. An instant's crowd is leased in the order of its
+    fire-log paths (``Card.score``), so its leases fill one item after another: each item is
+    claimed and recorded by at most two writes (a lease's slice may straddle two items), and
+    an item the run filled itself is sealed without a claim written to it in vain."""
+    rig.log.cap = 8
+    (probe,) = windowed(rig, [T0 + 400_000], 60)  # the tenant's partition: its fence elsewhere
+    instant = instant_of(rig, probe, T0 + 40_000)
+    rig.api.call("DELETE", f"/v1/timers/{probe['id']}")
+    dues = [instant - 29_000 + i * 300 for i in range(96)]
+    made = windowed(rig, dues, 60)
+    claims: Counter[str] = Counter()
+    records: Counter[str] = Counter()
+    refused: list[str] = []
+    claim, record = rig.log.claim, rig.log.record
+
+    def claimed(key: str, entries: Any, seen: Any = None) -> bool:
+        claims[key] += 1
+        ok = claim(key, entries, seen)
+        refused.extend([] if ok else [key])
+        return ok
+
+    def recorded(key: str, owner: str, entries: Any, release: bool = False) -> bool:
+        records[key] += 1
+        return record(key, owner, entries, release)
+
+    rig.log.claim = claimed  # type: ignore[method-assign]
+    rig.log.record = recorded  # type: ignore[method-assign]
+    until_armed(rig, instant)
+    rig.run_until_idle(lease_limit=24)  # leases of 24, items of 8: a lease's slice spans items
+    assert rig.per_fire() == Counter({f"{t['id']}:{d}": 1 for t, d in zip(made, dues, strict=True)})
+    assert len(claims) >= 96 // 8 and refused == []
+    assert max(claims.values()) <= 2 and max(records.values()) <= 2, (claims, records)
 
 
 @pytest.mark.parametrize("misfire", ["fire_once", "skip"])

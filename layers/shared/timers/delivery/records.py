@@ -15,8 +15,8 @@ from botocore.exceptions import ClientError
 
 from timers.core.webhook_attempts import DeliveryState
 from timers.engine.entries import EntryRef
-from timers.engine.log import TTL, TTL_MARGIN_S, Fields, from_map, to_map
-from timers.store.dynamodb import LowLevelClient, condition_failed
+from timers.engine.log import TTL, TTL_MARGIN_S
+from timers.store.dynamodb import Fields, LowLevelClient, condition_failed, from_map, to_map
 
 RECORD = "w"  # the attribute that holds the record
 FIELDS: Fields = {

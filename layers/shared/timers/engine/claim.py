@@ -179,6 +179,8 @@ class Claimer:
     def _claim_chunk(self, key: str, jobs: list[Job], depth: int = 0) -> Claimed:
         """One conditional write; on failure, a read sorts it out. A write that times out is
         tried again with the same owner (one applied despite the error is then ours)."""
+        if self.log.surely_full(key, len(jobs)):  # a write would be refused: sorted out at once
+            return self._sort_out(jobs, depth)
         entries = {job.name: self._mine(job) for job in jobs}
         for attempt in range(CLAIM_ATTEMPTS):
             if not self.may_write():  # no time for it: the cards go back as they were

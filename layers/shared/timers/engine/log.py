@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError
 
 from timers.core.errors import ConcurrentUpdate
 from timers.engine.entries import Entry, EntryRef, path_hash
-from timers.store.dynamodb import LowLevelClient, condition_failed
+from timers.store.dynamodb import Fields, LowLevelClient, condition_failed, from_map, to_map
 
 CHUNK = 64
 """Entries per conditional write: a full item's (CLAIM_CAP), so that a windowed crowd leased in
@@ -36,7 +36,6 @@ TTL_MARGIN_S = 86_400  # fire-log items outlive the timers they count by a day
 SEALED, COUNT = "sl", "c"
 SEALED_KNOWN = 1_024  # sealed items whose names a store remembers (only saves failed writes)
 
-Fields = Mapping[str, tuple[str, str]]  # dataclass field -> (map key, DynamoDB type)
 ENTRY_FIELDS: Fields = {
     "state": ("s", "S"),
     "rev": ("r", "N"),
@@ -53,27 +52,12 @@ ENTRY_FIELDS: Fields = {
 }
 
 
-def to_map(record: Any, fields: Fields = ENTRY_FIELDS) -> dict[str, Any]:
-    """A dataclass as a DynamoDB map value; absent fields (None, False) left out."""
-    out: dict[str, Any] = {}
-    for name, (key, kind) in fields.items():
-        value = getattr(record, name)
-        if value is not None and not (kind == "BOOL" and not value):
-            out[key] = {kind: value if kind in ("S", "BOOL") else str(value)}
-    return {"M": out}
-
-
-def from_map(value: Mapping[str, Any], fields: Fields = ENTRY_FIELDS) -> dict[str, Any]:
-    stored = value["M"]
-    return {
-        name: int(stored[key][kind]) if kind == "N" else stored[key][kind]
-        for name, (key, kind) in fields.items()
-        if key in stored
-    }
-
-
 def to_entry(value: Mapping[str, Any]) -> Entry:
-    return Entry(**from_map(value))
+    return Entry(**from_map(value, ENTRY_FIELDS))
+
+
+def entry_map(entry: Entry) -> dict[str, Any]:
+    return to_map(entry, ENTRY_FIELDS)
 
 
 def child_key(key: str, name: str) -> str:
@@ -113,6 +97,7 @@ class FireLog(LowLevelClient):
         self._record_client = record_client  # records may wait longer: a lost one re-sends
         self.cap = cap
         self._sealed: dict[str, frozenset[str]] = {}  # sealed item -> its names, for good
+        self._filled: dict[str, int] = {}  # item -> its count as last known (never above it)
 
     def expires_at(self, key: str, entries: Iterable[Entry] = ()) -> int:
         """TTL of an item (epoch s): its second - or the latest time its entries name (a fire
@@ -172,7 +157,8 @@ class FireLog(LowLevelClient):
                             self._sealed.clear()
                         self._sealed[key] = frozenset(n for n in item if "@" in n)
                 else:
-                    found[ref] = Located(key, None, int(item[COUNT]["N"]) if COUNT in item else 0)
+                    self._filled[key] = int(item[COUNT]["N"]) if COUNT in item else 0
+                    found[ref] = Located(key, None, self._filled[key])
             looking = deeper
         return found
 
@@ -225,7 +211,17 @@ class FireLog(LowLevelClient):
         False: one exists, or no room (the caller locates them, sealing a full item); then the
         item as it stood is put in ``seen`` (DynamoDB returns it with the refusal: one read
         less for the caller)."""
-        return self._write(key, *self._claim_parts(key, entries), seen=seen)
+        if not self._write(key, *self._claim_parts(key, entries), seen=seen):
+            return False
+        if len(self._filled) >= SEALED_KNOWN:
+            self._filled.clear()
+        self._filled[key] = self._filled.get(key, 0) + len(entries)
+        return True
+
+    def surely_full(self, key: str, adding: int) -> bool:
+        """Whether ``adding`` more entries would not fit ``key`` as far as this store knows (its
+        claims filled it): a refused write costs the item's size, a read a quarter of it."""
+        return self._filled.get(key, 0) + adding > self.cap
 
     def claim_update(self, key: str, entries: Mapping[str, Entry]) -> dict[str, Any]:
         """:meth:`claim` as a TransactWriteItems element (a claim ordered with a condition on
@@ -253,7 +249,7 @@ class FireLog(LowLevelClient):
         """``SET`` of each entry (as ``#e<i> = :v<i>``) and of the item's TTL, its names and
         values: what a claim and a record write."""
         names = {f"#e{i}": name for i, name in enumerate(entries)}
-        values = {f":v{i}": to_map(e) for i, e in enumerate(entries.values())}
+        values = {f":v{i}": entry_map(e) for i, e in enumerate(entries.values())}
         values[":ttl"] = {"N": str(self.expires_at(key, entries.values()))}
         sets = ", ".join(f"{a} = :v{i}" for i, a in enumerate(names))
         return f"SET {sets}, {self._ttl_set(key, entries.values())}", names, values
@@ -288,7 +284,7 @@ class FireLog(LowLevelClient):
             sets.append(f"#e{i} = :v{i}")
             conditions.append(condition)
             names |= {f"#e{i}": name, **old_names}
-            values |= {**old_values, f":v{i}": to_map(entry)}
+            values |= {**old_values, f":v{i}": entry_map(entry)}
         return self._write(key, "SET " + ", ".join(sets), " AND ".join(conditions), names, values)
 
     def record(
@@ -339,7 +335,7 @@ class FireLog(LowLevelClient):
             at = self.locate([ref], consistent=True)[ref]
         if at.entry is not None and at.entry.state != "t":
             raise ConcurrentUpdate("the timer's next fire was claimed; retry")
-        ttl = {":v0": to_map(fence), ":ttl": {"N": str(self.expires_at(at.key))}}
+        ttl = {":v0": entry_map(fence), ":ttl": {"N": str(self.expires_at(at.key))}}
         if at.entry is not None:  # fenced again: the entry rewritten in place, nothing to count
             return _transact(
                 self.table,
@@ -373,7 +369,7 @@ class FireLog(LowLevelClient):
             "SET #e0 = :v0",
             condition,
             {"#e0": ref[1], **names},
-            {**values, ":v0": to_map(adopted)},
+            {**values, ":v0": entry_map(adopted)},
         )
 
     # ---------------------------------------------------------------- plumbing

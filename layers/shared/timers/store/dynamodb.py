@@ -4,6 +4,7 @@ low-level client built on first use, and how a failed call is read."""
 from __future__ import annotations
 
 import types
+from collections.abc import Mapping
 from functools import cache
 from typing import Any, TypeVar, cast
 
@@ -14,6 +15,7 @@ from timers.store import aws
 aws.share_with_pynamodb()  # every model's connection: the service data parsed once
 
 M = TypeVar("M", bound=Model)
+Fields = Mapping[str, tuple[str, str]]  # dataclass field -> (map key, DynamoDB type)
 
 
 @cache
@@ -54,3 +56,22 @@ def failed_because(exc: Exception, code: str) -> bool:
     connection: botocore leaves their ``response`` None.)"""
     response = getattr(getattr(exc, "cause", None), "response", None) or {}
     return bool(response.get("Error", {}).get("Code") == code)
+
+
+def to_map(record: Any, fields: Fields) -> dict[str, Any]:
+    """A dataclass as a DynamoDB map value; absent fields (None, False) left out."""
+    out: dict[str, Any] = {}
+    for name, (key, kind) in fields.items():
+        value = getattr(record, name)
+        if value is not None and not (kind == "BOOL" and not value):
+            out[key] = {kind: value if kind in ("S", "BOOL") else str(value)}
+    return {"M": out}
+
+
+def from_map(value: Mapping[str, Any], fields: Fields) -> dict[str, Any]:
+    stored = value["M"]
+    return {
+        name: int(stored[key][kind]) if kind == "N" else stored[key][kind]
+        for name, (key, kind) in fields.items()
+        if key in stored
+    }
