@@ -1426,6 +1426,45 @@ def test_claims_go_below_the_full_items_a_run_has_seen(rig: Rig) -> None:
     assert max(Counter(refused).values(), default=0) <= 1
 
 
+def floor_above_count(rig: Rig) -> dict[str, tuple[int, int]]:
+    """Items whose count the sandbox's fire log knows as higher than the stored one (the floor
+    read first: the stored counts only grow meanwhile)."""
+    floor = dict(rig.log._filled)
+    stored = {k: int(item["c"]["N"]) if "c" in item else 0 for k, item in claim_items(rig).items()}
+    return {k: (f, stored.get(k, 0)) for k, f in floor.items() if f > stored.get(k, 0)}
+
+
+def test_a_claim_is_skipped_only_where_dynamodb_would_refuse_it(rig: Rig) -> None:
+    """A claim is not written to an item the sandbox's own claims filled: its count as last
+    known is never above the stored one - checked before every claim of a hot second in items
+    of 8 and leases of 24, and with claims applied whose answers timed out (their retries meet
+    their own entries: ours, counted once)."""
+    rig.api.tenants.set_spread("acme", 1)
+    rig.log.cap = 8
+    created = create_many(rig, "acme", 150, [T0 + 1_000])
+    rig.sqs.real = SinkSqs()
+    claim, write = rig.log.claim, rig.log._write
+    timed_out: list[str] = []
+
+    def watched(key: str, entries: Any, seen: Any = None) -> bool:
+        assert not floor_above_count(rig)
+        return claim(key, entries, seen)
+
+    def flaky(key: str, update: str, condition: str, names: Any, values: Any, **kw: Any) -> bool:
+        ok = write(key, update, condition, names, values, **kw)
+        if ok and ":k" in values and len(timed_out) < 6:  # a claim, applied, its answer lost
+            timed_out.append(key)
+            raise ReadTimeoutError(endpoint_url="http://dynamodb")
+        return ok
+
+    rig.log.claim = watched  # type: ignore[method-assign]
+    rig.log._write = flaky  # type: ignore[method-assign]
+    rig.clock.now = T0 + 1_000
+    rig.run_until_idle(lease_limit=24)
+    assert len(timed_out) == 6 and not floor_above_count(rig)
+    assert rig.per_fire() == Counter({f"{t['id']}:{T0 + 1_000}": 1 for t in created})
+
+
 def test_a_change_fences_its_cursor_below_a_full_item(rig: Rig) -> None:
     """A fence is a new attribute too: in a full item it goes to the child, where the member
     of the older revision finds it."""

@@ -97,7 +97,7 @@ class FireLog(LowLevelClient):
         self._record_client = record_client  # records may wait longer: a lost one re-sends
         self.cap = cap
         self._sealed: dict[str, frozenset[str]] = {}  # sealed item -> its names, for good
-        self._filled: dict[str, int] = {}  # item -> its count as last known (never above it)
+        self._filled: dict[str, int] = {}  # item -> its count as last known (counts only grow)
 
     def expires_at(self, key: str, entries: Iterable[Entry] = ()) -> int:
         """TTL of an item (epoch s): its second - or the latest time its entries name (a fire
@@ -157,8 +157,8 @@ class FireLog(LowLevelClient):
                             self._sealed.clear()
                         self._sealed[key] = frozenset(n for n in item if "@" in n)
                 else:
-                    self._filled[key] = int(item[COUNT]["N"]) if COUNT in item else 0
-                    found[ref] = Located(key, None, self._filled[key])
+                    count = int(item[COUNT]["N"]) if COUNT in item else 0
+                    found[ref] = Located(key, None, self._knows(key, count))
             looking = deeper
         return found
 
@@ -213,14 +213,19 @@ class FireLog(LowLevelClient):
         less for the caller)."""
         if not self._write(key, *self._claim_parts(key, entries), seen=seen):
             return False
-        if len(self._filled) >= SEALED_KNOWN:
-            self._filled.clear()
-        self._filled[key] = self._filled.get(key, 0) + len(entries)
+        self._knows(key, self._filled.get(key, 0) + len(entries))
         return True
+
+    def _knows(self, key: str, count: int) -> int:
+        if len(self._filled) >= SEALED_KNOWN:  # bounded, as the sealed items' names
+            self._filled.clear()
+        self._filled[key] = count
+        return count
 
     def surely_full(self, key: str, adding: int) -> bool:
         """Whether ``adding`` more entries would not fit ``key`` as far as this store knows (its
-        claims filled it): a refused write costs the item's size, a read a quarter of it."""
+        claims filled it): a refused write costs the item's size, a read a quarter of it. Wrong
+        only for an item the TTL deleted since (its second long past): a read more, no harm."""
         return self._filled.get(key, 0) + adding > self.cap
 
     def claim_update(self, key: str, entries: Mapping[str, Entry]) -> dict[str, Any]:
