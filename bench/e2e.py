@@ -147,9 +147,12 @@ class Tenant:
     def call(self, method: str, path: str, body: Any = None) -> Any:
         for _ in range(50):
             status, reply, headers = self.stack.request(method, path, key=self.key, body=body)
-            if status != 429:
+            if status == 429:
+                time.sleep(float(headers.get("retry-after", 1)))
+            elif status == 409 and "concurrent_update" in str(reply):  # firing as we change it
+                time.sleep(0.2)
+            else:
                 break
-            time.sleep(float(headers.get("retry-after", 1)))
         if status >= 300:
             raise RuntimeError(f"{method} {path}: {status} {reply}")
         return reply

@@ -72,6 +72,10 @@ def serve(spec: SandboxSpec, env: dict[str, str], conn: Connection, log: str) ->
     out = open(log, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
     os.dup2(out.fileno(), 1)
     os.dup2(out.fileno(), 2)
+    # Every sandbox of a function appends to one file: a line must reach it in one write. An
+    # unbuffered stdout writes print()'s text and its newline apart, and another sandbox's
+    # line could land between them; a line-buffered one writes the whole line at its newline.
+    sys.stdout = sys.stderr = out
 
     def orphaned() -> None:  # the stack was killed outright (and its fork server): go too
         while os.getppid() == parent:

@@ -8,6 +8,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -258,3 +259,21 @@ def test_each_invocation_logs_a_report_line_as_lambda_does(
         assert float(fields["CPU"].removesuffix(" ms")) >= 0
     assert "Init Duration" in lines[0] and "Init Duration" not in lines[1]
     assert "Init CPU" in lines[0] and "Init CPU" not in lines[1]  # the import's CPU (local)
+
+
+def test_the_lines_of_sandboxes_running_at_once_reach_their_log_whole(
+    pool: FunctionPool, tmp_path: Path
+) -> None:
+    """All sandboxes of a function append to one log file; a line printed in two writes (an
+    unbuffered stdout writes the text, then the newline) could take another sandbox's line
+    in between - and bench.e2e reads the trigger's runs from those lines."""
+    with ThreadPoolExecutor(2) as both:
+        pids = {
+            result(r)["pid"] for r in both.map(pool.invoke, [{"do": "print", "lines": 3000}] * 2)
+        }
+    assert len(pids) == 2  # two sandboxes wrote at once
+    printed = [json.loads(line) for line in (tmp_path / "Probe.log").read_text().splitlines()
+               if not line.startswith("REPORT ")]  # fmt: skip
+    assert sorted((p["pid"], p["n"]) for p in printed) == sorted(
+        (pid, n) for pid in pids for n in range(3000)
+    )

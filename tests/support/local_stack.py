@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ops.ports import free_port
+from ops.ports import free_port, free_ports
 from ops.redis_cluster import BUS_OFFSET, free_range
 from ops.template import ROOT
 
@@ -76,11 +76,12 @@ def stack_env(state_dir: Path, **overrides: str) -> dict[str, str]:
         if not k.startswith(("AWS_", "REDIS_", "TIMERS_", "POWERTOOLS_"))
         and k not in ("DYNAMODB", "DYNAMODB_PORT")
     }
+    api, aws, redis, dynamodb = free_ports(4)
     env.update(
-        API_PORT=str(free_port()),
-        AWS_PORT=str(free_port()),
-        REDIS_PORT=str(free_port()),
-        DYNAMODB_PORT=str(free_port()),  # used with DYNAMODB=local
+        API_PORT=str(api),
+        AWS_PORT=str(aws),
+        REDIS_PORT=str(redis),
+        DYNAMODB_PORT=str(dynamodb),  # used with DYNAMODB=local
         LOCAL_STATE_DIR=str(state_dir),
         PYTHONUNBUFFERED="1",
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -18,6 +19,9 @@ def handler(event: dict[str, Any], context: Any) -> Any:
         os._exit(3)
     if do == "not_json":
         return object()
+    if do == "print":  # print() as handlers' loggers do: the text, then its newline
+        for n in range(event["lines"]):
+            print(json.dumps({"pid": os.getpid(), "n": n, "pad": "x" * 200}))
     if do == "fail_once":  # fails the first time, then records the event it got
         marker = Path(event["path"])
         if not marker.with_suffix(".tried").exists():
