@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ops.ports import free_port, free_ports
+from ops.ports import free_ports
 from ops.redis_cluster import BUS_OFFSET, free_range
 from ops.template import ROOT
 
@@ -59,12 +59,15 @@ def alive(pid: int) -> bool:
 
 
 def real_parts_env(shards: int = 3) -> dict[str, str]:
-    """The settings of a stack on the production-like parts, on free ports."""
+    """The settings of a stack on the production-like parts, on free ports: DynamoDB Local's
+    just after the nodes', all below the range the OS hands out, so none is one of the ports
+    stack_env asks the OS for."""
+    base = free_range(2 * shards + 1)
     return {
         "REDIS_SHARDS": str(shards),
-        "REDIS_PORT": str(free_range(2 * shards)),
+        "REDIS_PORT": str(base),
         "DYNAMODB": "local",
-        "DYNAMODB_PORT": str(free_port()),
+        "DYNAMODB_PORT": str(base + 2 * shards),
     }
 
 
