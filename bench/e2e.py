@@ -147,9 +147,10 @@ class Tenant:
     def call(self, method: str, path: str, body: Any = None) -> Any:
         for _ in range(50):
             status, reply, headers = self.stack.request(method, path, key=self.key, body=body)
+            code = (reply or {}).get("error", {}).get("code") if status >= 400 else None
             if status == 429:
                 time.sleep(float(headers.get("retry-after", 1)))
-            elif status == 409 and "concurrent_update" in str(reply):  # firing as we change it
+            elif code == "concurrent_update":  # its fire was being claimed: the API says retry
                 time.sleep(0.2)
             else:
                 break
